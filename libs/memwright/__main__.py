@@ -1,0 +1,3 @@
+from memwright.cli import main
+
+main()

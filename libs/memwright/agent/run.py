@@ -1,0 +1,218 @@
+"""One run of a user's memory agent: load a snapshot, run a policy through the tool layer,
+commit everything in ONE transaction fenced by the lease epoch (invariant 3).
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Protocol
+
+import asyncpg
+
+from memwright.agent.tools import Change, Memory, MemoryTools, Message
+from memwright.agent.working import WorkingMemory
+from memwright.store.leases import Lease
+
+MAX_MESSAGES_PER_RUN = 200
+
+
+class Policy(Protocol):
+    name: str
+
+    async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]: ...
+
+
+class Fenced(Exception):
+    """The lease was taken over while this run worked; its commit is refused."""
+
+
+class StaleSnapshot(Exception):
+    """A memory changed under the run (for example the user edited it); the run is retried."""
+
+
+@dataclass
+class Snapshot:
+    memories: list[Memory]
+    new_messages: list[Message]
+    shown: dict[str, Message]
+    working: WorkingMemory
+    new_watermark: int
+
+
+def _message(row: asyncpg.Record) -> Message:
+    return Message(row["message_id"], row["conversation_id"], row["text"], row["role"], row["accepted_at"], row["seq"])
+
+
+async def load_snapshot(conn: asyncpg.Connection, lease: Lease) -> Snapshot:
+    memories = [
+        Memory(str(r["memory_id"]), r["author"], r["kind"], r["text"], r["version"], list(r["evidence"]))
+        for r in await conn.fetch(
+            """SELECT m.memory_id, m.author, m.kind, m.text, m.version,
+                      coalesce(array_agg(e.message_id ORDER BY e.message_id)
+                               FILTER (WHERE e.message_id IS NOT NULL), '{}') AS evidence
+               FROM memories m LEFT JOIN memory_evidence e ON e.memory_id = m.memory_id
+               WHERE m.user_id = $1
+               GROUP BY m.memory_id ORDER BY m.created_at, m.memory_id""",
+            lease.user_id,
+        )
+    ]
+    new_messages = [
+        _message(r)
+        for r in await conn.fetch(
+            """SELECT message_id, conversation_id, text, role, accepted_at, seq FROM messages
+               WHERE user_id = $1 AND seq > $2 ORDER BY seq LIMIT $3""",
+            lease.user_id, lease.watermark, MAX_MESSAGES_PER_RUN,
+        )
+    ]
+    state = await conn.fetchrow(
+        "SELECT summary, hypotheses, transcript FROM agent_state WHERE user_id = $1", lease.user_id
+    )
+    working = WorkingMemory.from_row(*state) if state else WorkingMemory()
+    # The agent is shown its new messages and the messages behind its hypotheses.
+    held = sorted({mid for h in working.hypotheses for mid in h.message_ids})
+    shown = {m.message_id: m for m in new_messages}
+    for r in await conn.fetch(
+        """SELECT message_id, conversation_id, text, role, accepted_at, seq FROM messages
+           WHERE user_id = $1 AND message_id = ANY($2::text[])""",
+        lease.user_id, held,
+    ):
+        shown.setdefault(r["message_id"], _message(r))
+    watermark = max((m.seq for m in new_messages), default=lease.watermark)
+    return Snapshot(memories, new_messages, shown, working, watermark)
+
+
+# ---- the commit ------------------------------------------------------------------------
+
+FENCE = """
+UPDATE agents SET watermark = $3
+WHERE user_id = $1 AND lease_epoch = $2   -- invariant 3: a zombie whose lease was taken over commits nothing
+RETURNING user_id
+"""
+
+INSERT_MEMORY = """
+INSERT INTO memories (memory_id, user_id, author, kind, text, version) VALUES ($1, $2, 'agent', $3, $4, $5)
+"""
+
+UPDATE_MEMORY = """
+UPDATE memories SET text = $3, version = $4, updated_at = now()
+WHERE memory_id = $1 AND user_id = $2 AND version = $5
+RETURNING memory_id
+"""
+
+DELETE_MEMORY = "DELETE FROM memories WHERE memory_id = $1 AND user_id = $2 AND version = $3 RETURNING memory_id"
+
+LINK_EVIDENCE = """
+INSERT INTO memory_evidence (memory_id, user_id, message_id, run_id)
+SELECT $1, $2, unnest($3::text[]), $4
+ON CONFLICT DO NOTHING
+"""
+
+AUDIT = """
+INSERT INTO memory_audit (memory_id, user_id, action, actor, run_id, before, after, evidence, reason)
+VALUES ($1, $2, $3, 'agent', $4, $5, $6, $7, $8)
+"""
+
+OUTBOX = "INSERT INTO index_outbox (memory_id, user_id) VALUES ($1, $2)"
+
+REFRESH_BACKLOG = """
+WITH pending AS (
+    SELECT min(accepted_at) AS oldest FROM messages WHERE user_id = $1 AND seq > $2
+), upserted AS (
+    INSERT INTO backlog (user_id, waiting_since)
+    SELECT $1, oldest FROM pending WHERE oldest IS NOT NULL
+    ON CONFLICT (user_id) DO UPDATE SET waiting_since = EXCLUDED.waiting_since, updated_at = now()
+    RETURNING user_id
+)
+DELETE FROM backlog WHERE user_id = $1 AND NOT EXISTS (SELECT 1 FROM pending WHERE oldest IS NOT NULL)
+"""
+
+SAVE_STATE = """
+INSERT INTO agent_state (user_id, summary, hypotheses, transcript, version, updated_at)
+VALUES ($1, $2, $3, $4, 1, now())
+ON CONFLICT (user_id) DO UPDATE
+SET summary = EXCLUDED.summary, hypotheses = EXCLUDED.hypotheses, transcript = EXCLUDED.transcript,
+    version = agent_state.version + 1, updated_at = now()
+"""
+
+FINISH_RUN = """
+UPDATE curation_runs SET status = 'committed', finished_at = now(), watermark_to = $2,
+       messages_seen = $3, changes = $4
+WHERE run_id = $1
+"""
+
+
+async def _apply(conn: asyncpg.Connection, user_id: str, run_id: uuid.UUID, c: Change) -> None:
+    mid = uuid.UUID(c.memory_id)
+    if c.action in ("create", "consolidate"):
+        assert c.after is not None
+        await conn.execute(INSERT_MEMORY, mid, user_id, c.after["kind"], c.after["text"], c.after["version"])
+    elif c.action == "update":
+        assert c.after is not None and c.before is not None
+        if await conn.fetchval(UPDATE_MEMORY, mid, user_id, c.after["text"], c.after["version"], c.before["version"]) is None:
+            raise StaleSnapshot(f"memory {mid} changed during the run")
+    elif c.action == "delete":
+        assert c.before is not None
+        if await conn.fetchval(DELETE_MEMORY, mid, user_id, c.before["version"]) is None:
+            raise StaleSnapshot(f"memory {mid} changed during the run")
+    if c.evidence:
+        await conn.execute(LINK_EVIDENCE, mid, user_id, c.evidence, run_id)
+    await conn.execute(AUDIT, mid, user_id, c.action, run_id, c.before, c.after, c.evidence, c.reason)
+    await conn.execute(OUTBOX, mid, user_id)
+
+
+async def commit_run(
+    conn: asyncpg.Connection, lease: Lease, run_id: uuid.UUID, tools: MemoryTools, snapshot: Snapshot
+) -> int:
+    """Everything of the run in one transaction; raise Fenced if the lease is no longer ours."""
+    working = tools.working
+    working.compact()
+    async with conn.transaction():
+        if await conn.fetchval(FENCE, lease.user_id, lease.epoch, snapshot.new_watermark) is None:
+            raise Fenced(f"lease epoch {lease.epoch} for this user was taken over")
+        await conn.execute("SET LOCAL memwright.actor = 'agent'")
+        for change in tools.changes:
+            await _apply(conn, lease.user_id, run_id, change)
+        await conn.execute(
+            SAVE_STATE, lease.user_id, working.summary, working.hypotheses_json(), working.transcript
+        )
+        await conn.execute(REFRESH_BACKLOG, lease.user_id, snapshot.new_watermark)
+        await conn.execute(FINISH_RUN, run_id, snapshot.new_watermark, len(snapshot.new_messages), len(tools.changes))
+    return len(tools.changes)
+
+
+async def start_run(conn: asyncpg.Connection, lease: Lease, policy: str) -> uuid.UUID:
+    run_id = uuid.uuid4()
+    await conn.execute(
+        """INSERT INTO curation_runs (run_id, user_id, worker, lease_epoch, status, policy, watermark_from)
+           VALUES ($1, $2, $3, $4, 'running', $5, $6)""",
+        run_id, lease.user_id, lease.owner, lease.epoch, policy, lease.watermark,
+    )
+    return run_id
+
+
+async def fail_run(conn: asyncpg.Connection, run_id: uuid.UUID, status: str, error: str) -> None:
+    await conn.execute(
+        "UPDATE curation_runs SET status = $2, finished_at = now(), error = $3 WHERE run_id = $1 AND status = 'running'",
+        run_id, status, error[:2000],
+    )
+
+
+async def run_agent(
+    conn: asyncpg.Connection, lease: Lease, policy: Policy, run_id: uuid.UUID
+) -> tuple[int, MemoryTools]:
+    """Run the policy over the user's new signals and commit; return (changes, tools)."""
+    snapshot = await load_snapshot(conn, lease)
+    tools = MemoryTools(lease.user_id, snapshot.memories, snapshot.shown, lease.budget, snapshot.working)
+    results = await policy.run(tools, snapshot.new_messages)
+    tools.working.record(
+        {
+            "run_id": str(run_id),
+            "at": datetime.now(UTC).isoformat(),
+            "messages": [m.message_id for m in snapshot.new_messages],
+            "results": results[:50],
+        }
+    )
+    changes = await commit_run(conn, lease, run_id, tools, snapshot)
+    return changes, tools

@@ -1,0 +1,261 @@
+"""The memory tool layer: the only way any policy (rules or LLM) changes memories.
+
+Every call returns a plain-language result an LLM can act on; a refused call is a
+result, not an exception. Changes are staged against a snapshot of the user's
+memories and committed together at the end of the run (see run.py).
+
+Invariants enforced here (and again in PostgreSQL):
+  5  budget: create is refused at the cap, with the agent's options spelled out
+  6  receipts: create/update/consolidate must cite messages of this user shown to the agent
+  7  protection: memories written by the user cannot be updated, consolidated or deleted
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from memwright.agent.working import WorkingMemory
+from memwright.embed import cosine, hashing_embed
+
+MAX_MEMORY_CHARS = 500
+Action = Literal["create", "update", "consolidate", "delete"]
+
+
+@dataclass(frozen=True)
+class Message:
+    message_id: str
+    conversation_id: str
+    text: str
+    role: str
+    accepted_at: datetime
+    seq: int
+
+
+@dataclass
+class Memory:
+    memory_id: str
+    author: str  # "user" | "agent"
+    kind: str
+    text: str
+    version: int
+    evidence: list[str] = field(default_factory=list)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"text": self.text, "version": self.version, "author": self.author, "kind": self.kind}
+
+
+@dataclass
+class Change:
+    action: Action
+    memory_id: str
+    before: dict[str, Any] | None
+    after: dict[str, Any] | None
+    evidence: list[str]
+    reason: str
+    replaces: list[str] = field(default_factory=list)  # consolidate: the memories it replaces
+
+
+class MemoryTools:
+    def __init__(
+        self,
+        user_id: str,
+        memories: list[Memory],
+        shown: dict[str, Message],
+        budget: int,
+        working: WorkingMemory,
+    ) -> None:
+        self.user_id = user_id
+        self.memories: dict[str, Memory] = {m.memory_id: m for m in memories}
+        self.shown = shown  # message_id -> Message: everything the agent has been shown this run
+        self.budget = budget
+        self.working = working
+        self.changes: list[Change] = []
+        self.refusals: list[tuple[str, str]] = []  # (tool, reason), for metrics and the transcript
+        self.budget_refusals = 0
+
+    # ---- reading -----------------------------------------------------------------------
+    def agent_memory_count(self) -> int:
+        return sum(1 for m in self.memories.values() if m.author == "agent")
+
+    def list_memories(self) -> str:
+        if not self.memories:
+            return "No memories yet."
+        lines = [f"{self.agent_memory_count()}/{self.budget} agent-written memories used."]
+        for m in self.memories.values():
+            lines.append(f"- {m.memory_id} [{m.author}] {m.text}")
+        return "\n".join(lines)
+
+    def get_memory(self, memory_id: str) -> str:
+        m = self.memories.get(memory_id)
+        if m is None:
+            return self._refuse("get_memory", f"No memory {memory_id} exists for this user.")
+        evidence = ", ".join(m.evidence) or "none"
+        return f"{m.memory_id} [{m.author}, v{m.version}] {m.text}\nEvidence: {evidence}"
+
+    def similar(self, text: str, limit: int = 5, min_score: float = 0.0) -> list[tuple[Memory, float]]:
+        query = hashing_embed(text)
+        scored = [(m, cosine(query, hashing_embed(m.text))) for m in self.memories.values()]
+        scored = [s for s in scored if s[1] >= min_score]
+        return sorted(scored, key=lambda s: -s[1])[:limit]
+
+    def search_similar(self, text: str, limit: int = 5) -> str:
+        hits = self.similar(text, limit)
+        if not hits:
+            return "No memories to compare with."
+        return "\n".join(f"- {m.memory_id} score={score:.2f} [{m.author}] {m.text}" for m, score in hits)
+
+    # ---- changing ----------------------------------------------------------------------
+    def create_memory(self, text: str, evidence: list[str], kind: str = "preference") -> str:
+        problem = self._check_text(text) or self._check_evidence(evidence)
+        if problem:
+            return self._refuse("create_memory", problem)
+        if self.agent_memory_count() >= self.budget:
+            self.budget_refusals += 1
+            return self._refuse("create_memory", self._budget_full_message(text))
+        memory = Memory(str(uuid.uuid4()), "agent", kind, text.strip(), 1, sorted(set(evidence)))
+        self.memories[memory.memory_id] = memory
+        self.changes.append(
+            Change("create", memory.memory_id, None, memory.snapshot(), memory.evidence, "new evidence")
+        )
+        return f"Created memory {memory.memory_id}."
+
+    def update_memory(self, memory_id: str, text: str, evidence: list[str], reason: str) -> str:
+        m = self.memories.get(memory_id)
+        problem = (
+            self._check_exists(memory_id)
+            or self._check_agent_owned(memory_id, "update")
+            or self._check_text(text)
+            or self._check_evidence(evidence)
+        )
+        if problem or m is None:
+            return self._refuse("update_memory", problem or "unknown memory")
+        before = m.snapshot()
+        m.text = text.strip()
+        m.version += 1
+        m.evidence = sorted(set(m.evidence) | set(evidence))
+        self.changes.append(
+            Change("update", memory_id, before, m.snapshot(), sorted(set(evidence)), reason)
+        )
+        return f"Updated memory {memory_id} (now version {m.version})."
+
+    def consolidate_memories(self, memory_ids: list[str], text: str, evidence: list[str], reason: str) -> str:
+        ids = list(dict.fromkeys(memory_ids))
+        if len(ids) < 2:
+            return self._refuse("consolidate_memories", "Consolidation needs at least two different memory ids.")
+        for mid in ids:
+            problem = self._check_exists(mid) or self._check_agent_owned(mid, "consolidate")
+            if problem:
+                return self._refuse("consolidate_memories", problem)
+        problem = self._check_text(text) or self._check_evidence(evidence)
+        if problem:
+            return self._refuse("consolidate_memories", problem)
+        sources = [self.memories.pop(mid) for mid in ids]
+        union = sorted(set(evidence).union(*(s.evidence for s in sources)))  # receipts are kept
+        merged = Memory(str(uuid.uuid4()), "agent", sources[0].kind, text.strip(), 1, union)
+        self.memories[merged.memory_id] = merged
+        for s in sources:
+            self.changes.append(
+                Change("delete", s.memory_id, s.snapshot(), None, [], f"consolidated into {merged.memory_id}: {reason}")
+            )
+        self.changes.append(
+            Change("consolidate", merged.memory_id, {"replaces": ids}, merged.snapshot(), union, reason,
+                   replaces=ids)
+        )
+        return f"Consolidated {', '.join(ids)} into memory {merged.memory_id}."
+
+    def delete_memory(self, memory_id: str, reason: str) -> str:
+        problem = self._check_exists(memory_id) or self._check_agent_owned(memory_id, "delete")
+        if problem:
+            return self._refuse("delete_memory", problem)
+        if not reason.strip():
+            return self._refuse("delete_memory", "Say why the memory is deleted (reason).")
+        m = self.memories.pop(memory_id)
+        self.changes.append(
+            Change("delete", memory_id, m.snapshot(), None, [], reason)
+        )
+        return f"Deleted memory {memory_id}."
+
+    def note_hypothesis(self, statement: str, evidence: list[str]) -> str:
+        problem = self._check_text(statement) or self._check_evidence(evidence)
+        if problem:
+            return self._refuse("note_hypothesis", problem)
+        h = None
+        for mid in evidence:
+            msg = self.shown[mid]
+            h = self.working.note(statement, msg.conversation_id, mid, msg.accepted_at.isoformat())
+        assert h is not None
+        return (
+            f"Hypothesis {h.id} seen {h.count} time(s) in {len(h.conversations)} conversation(s). "
+            "Promote it with create_memory only once it repeats, ideally across conversations."
+        )
+
+    def drop_hypothesis(self, hypothesis_id: str, reason: str) -> str:
+        if self.working.drop(hypothesis_id) is None:
+            return self._refuse("drop_hypothesis", f"No hypothesis {hypothesis_id}.")
+        return f"Dropped hypothesis {hypothesis_id} ({reason})."
+
+    # ---- checks ------------------------------------------------------------------------
+    def _refuse(self, tool: str, reason: str) -> str:
+        self.refusals.append((tool, reason))
+        return f"Refused: {reason}"
+
+    def _check_exists(self, memory_id: str) -> str | None:
+        if memory_id not in self.memories:
+            return f"No memory {memory_id} exists for this user; call list_memories for the ids."
+        return None
+
+    def _check_agent_owned(self, memory_id: str, verb: str) -> str | None:
+        if self.memories[memory_id].author == "user":
+            return f"Memory {memory_id} was written by the user; you can read it but not {verb} it."
+        return None
+
+    @staticmethod
+    def _check_text(text: str) -> str | None:
+        if not text or not text.strip():
+            return "The text is empty."
+        if len(text) > MAX_MEMORY_CHARS:
+            return f"The text is {len(text)} characters; keep a memory under {MAX_MEMORY_CHARS}."
+        return None
+
+    def _check_evidence(self, evidence: list[str]) -> str | None:
+        if not evidence:
+            return "Cite at least one message id as evidence (the user's messages you were shown)."
+        unknown = [e for e in evidence if e not in self.shown]
+        if unknown:
+            return (
+                f"Evidence {', '.join(unknown)} is not among this user's messages shown to you; "
+                "cite only ids from the new messages or from your hypotheses."
+            )
+        not_user = [e for e in evidence if self.shown[e].role != "user"]
+        if not_user:
+            return f"Evidence {', '.join(not_user)} is not a message written by the user."
+        return None
+
+    def _budget_full_message(self, text: str) -> str:
+        lines = [
+            f"You are out of room: {self.agent_memory_count()} of {self.budget} agent-written memories are used, "
+            "and nothing is ever evicted for you. Choose one:",
+            "  1. consolidate_memories two that overlap into one,",
+            "  2. delete_memory one that is no longer true or useful,",
+            "  3. update_memory an existing one to include this instead.",
+        ]
+        pairs = self.overlapping_pairs(limit=3)
+        if pairs:
+            lines.append("Candidate pairs to consolidate:")
+            lines += [f"  - {a.memory_id} + {b.memory_id} (similarity {s:.2f})" for a, b, s in pairs]
+        close = [m for m, s in self.similar(text, 3) if m.author == "agent"]
+        if close:
+            lines.append("Closest to the new text (candidates to update): " + ", ".join(m.memory_id for m in close))
+        return "\n".join(lines)
+
+    def overlapping_pairs(self, limit: int = 3) -> list[tuple[Memory, Memory, float]]:
+        agent = [m for m in self.memories.values() if m.author == "agent"]
+        vectors = {m.memory_id: hashing_embed(m.text) for m in agent}
+        pairs = [
+            (a, b, cosine(vectors[a.memory_id], vectors[b.memory_id]))
+            for i, a in enumerate(agent) for b in agent[i + 1:]
+        ]
+        return sorted(pairs, key=lambda p: -p[2])[:limit]

@@ -1,0 +1,96 @@
+"""The `memwright` command: one entry point for every service and tool."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib
+import sys
+
+from memwright.settings import SettingsError
+
+SERVICES = ("ingest", "sweeper", "curator", "indexer", "api")
+
+
+def _not_yet(what: str, issue: int) -> int:
+    print(f"memwright {what}: not yet implemented (see issue {issue})", file=sys.stderr)
+    return 2
+
+
+def _migrate(_: argparse.Namespace) -> int:
+    from memwright.settings import PostgresSettings
+    from memwright.store.migrate import migrate
+
+    settings = PostgresSettings.from_env()
+    applied = asyncio.run(migrate(settings.pg_dsn))
+    print(f"applied migrations {applied}" if applied else "schema is up to date")
+    return 0
+
+
+def _topics(_: argparse.Namespace) -> int:
+    from memwright.settings import KafkaSettings
+    from memwright.topics import ensure_topics
+
+    created = asyncio.run(ensure_topics(KafkaSettings.from_env()))
+    print(f"created topics {created}" if created else "topics exist")
+    return 0
+
+
+def _token(args: argparse.Namespace) -> int:
+    from memwright.auth import mint
+    from memwright.settings import AuthSettings
+
+    print(mint(AuthSettings.from_env(), args.subject, args.scope, args.ttl))
+    return 0
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from memwright.demo import run_demo
+
+    return asyncio.run(run_demo(window_seconds=args.window))
+
+
+def _service(name: str) -> int:
+    importlib.import_module(f"memwright.services.{name}.app").main()
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="memwright", description="Per-user long-term memory for LLM agents.")
+    sub = p.add_subparsers(dest="command", required=True)
+    for name in SERVICES:
+        sub.add_parser(name, help=f"run the {name} service (configured from MEMWRIGHT_* variables)")
+    sub.add_parser("migrate", help="apply PostgreSQL migrations (MEMWRIGHT_PG_DSN)")
+    sub.add_parser("topics", help="create the Kafka topics (MEMWRIGHT_KAFKA_BOOTSTRAP)")
+    demo = sub.add_parser("demo", help="run the whole pipeline on the local stack with a demo stream")
+    demo.add_argument("--window", type=float, default=3.0, help="sweep window in seconds (default 3)")
+    sub.add_parser("eval", help="measure memory quality on the labelled eval set")
+    token = sub.add_parser("token", help="mint a bearer token for local use (MEMWRIGHT_JWT_SECRET)")
+    token.add_argument("subject", help="a user id, or service:<name> for a service token")
+    token.add_argument("--scope", nargs="+", default=["memories:read"], help="scopes to grant")
+    token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
+    index = sub.add_parser("index", help="vector index tools")
+    index_sub = index.add_subparsers(dest="index_command", required=True)
+    index_sub.add_parser("rebuild", help="rebuild the Qdrant collection from PostgreSQL")
+    index_sub.add_parser("check", help="compare PostgreSQL and Qdrant; exit 1 on drift")
+    return p
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parser().parse_args(argv)
+    try:
+        if args.command in SERVICES:
+            code = _service(args.command)
+        elif args.command == "eval":
+            code = _not_yet("eval", 3)
+        elif args.command == "index":
+            code = _not_yet(f"index {args.index_command}", 5)
+        else:
+            code = {"migrate": _migrate, "topics": _topics, "token": _token, "demo": _demo}[args.command](args)
+    except SettingsError as exc:
+        print(f"memwright {args.command}: {exc}", file=sys.stderr)
+        code = 2
+    except ValueError as exc:
+        print(f"memwright {args.command}: {exc}", file=sys.stderr)
+        code = 2
+    sys.exit(code)

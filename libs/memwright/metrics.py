@@ -1,0 +1,50 @@
+"""Every Prometheus metric of memwright, in one place.
+
+Names follow the Prometheus conventions: memwright_<service>_<what>_<unit>. No
+user id is ever a label (unbounded cardinality, and it would leak who is active).
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
+SLOW_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
+
+# ingest
+INGEST_REQUESTS = Counter("memwright_ingest_requests_total", "HTTP requests to ingest by status code", ["code"])
+INGEST_LATENCY = Histogram("memwright_ingest_request_duration_seconds", "Ingest request latency", buckets=FAST_BUCKETS)
+INGEST_SIGNALS = Counter("memwright_ingest_signals_accepted_total", "Signals acknowledged by Kafka and answered 202")
+INGEST_REJECTIONS = Counter("memwright_ingest_rejections_total", "Signals or requests rejected, by reason", ["reason"])
+INGEST_PRODUCE_ERRORS = Counter("memwright_ingest_kafka_produce_errors_total", "Kafka produce failures and timeouts")
+
+# sweeper
+SWEEPER_WINDOWS = Counter("memwright_sweeper_windows_closed_total", "Per-user windows closed and written")
+SWEEPER_SIGNALS = Counter("memwright_sweeper_signals_swept_total", "Signals written to the evidence store (new rows only)")
+SWEEPER_DUPLICATES = Counter("memwright_sweeper_signals_duplicate_total", "Signals already in the evidence store")
+SWEEPER_DLQ = Counter("memwright_sweeper_dlq_records_total", "Records sent to the dead-letter topic, by reason", ["reason"])
+SWEEPER_OPEN_WINDOWS = Gauge("memwright_sweeper_open_windows", "Per-user windows currently open")
+SWEEPER_FLUSH_SECONDS = Histogram("memwright_sweeper_flush_duration_seconds", "Window write transaction duration", buckets=FAST_BUCKETS)
+
+# curator
+CURATOR_BACKLOG_USERS = Gauge("memwright_curator_backlog_users", "Users with signals waiting for their memory agent")
+CURATOR_OLDEST_WAIT = Gauge("memwright_curator_oldest_waiting_seconds", "Age of the oldest waiting signal")
+CURATOR_CLAIMS = Counter("memwright_curator_claims_total", "Users claimed for a run")
+CURATOR_RUNS = Counter("memwright_curator_runs_total", "Agent runs by outcome", ["outcome"])
+CURATOR_RUN_SECONDS = Histogram("memwright_curator_run_duration_seconds", "Agent run duration by outcome", ["outcome"], buckets=SLOW_BUCKETS)
+CURATOR_FENCED = Counter("memwright_curator_fenced_commits_total", "Commits refused because the lease was taken over")
+CURATOR_BUDGET_REFUSALS = Counter("memwright_curator_budget_refusals_total", "create_memory refused because the budget is full")
+CURATOR_TOOL_CALLS = Counter("memwright_curator_tool_calls_total", "Memory tool calls by tool and result", ["tool", "result"])
+CURATOR_LLM_CALLS = Counter("memwright_curator_llm_calls_total", "LLM chat completions by outcome", ["outcome"])
+CURATOR_LLM_TOKENS = Counter("memwright_curator_llm_tokens_total", "LLM tokens by kind", ["kind"])
+
+# indexer
+INDEXER_OUTBOX_DEPTH = Gauge("memwright_indexer_outbox_depth", "Outbox rows not yet relayed to Kafka")
+INDEXER_OUTBOX_AGE = Gauge("memwright_indexer_outbox_oldest_age_seconds", "Age of the oldest outbox row")
+INDEXER_RELAYED = Counter("memwright_indexer_outbox_relayed_total", "Outbox rows produced to the changelog")
+INDEXER_EVENTS = Counter("memwright_indexer_events_applied_total", "Changelog events applied, by action", ["action"])
+INDEXER_LAG = Gauge("memwright_indexer_consumer_lag", "Changelog records not yet consumed")
+
+# api
+API_REQUESTS = Counter("memwright_api_requests_total", "HTTP requests to the api by route and status code", ["route", "code"])
+API_LATENCY = Histogram("memwright_api_request_duration_seconds", "Api request latency by route", ["route"], buckets=FAST_BUCKETS)

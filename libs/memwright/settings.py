@@ -1,0 +1,179 @@
+"""Typed settings, read only from MEMWRIGHT_* environment variables.
+
+Each service has one settings class; every class is built by `from_env`, which
+validates all values at start and names the variable that is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from typing import Any, get_type_hints
+
+PREFIX = "MEMWRIGHT_"
+
+
+class SettingsError(ValueError):
+    """A setting is missing or malformed; the message says which and how to fix it."""
+
+
+def _required() -> Any:
+    return field(default=None, metadata={"required": True})
+
+
+def _secret() -> Any:
+    return field(default=None, repr=False, metadata={"required": True})
+
+
+def _convert(name: str, raw: str, typ: Any) -> Any:
+    try:
+        if typ is bool:
+            if raw.lower() in {"1", "true", "yes", "on"}:
+                return True
+            if raw.lower() in {"0", "false", "no", "off"}:
+                return False
+            raise ValueError("expected true or false")
+        if typ is int:
+            return int(raw)
+        if typ is float:
+            return float(raw)
+        return raw
+    except ValueError as exc:
+        raise SettingsError(f"{PREFIX}{name.upper()}={raw!r} is not valid: {exc}") from None
+
+
+@dataclass(frozen=True)
+class BaseSettings:
+    """Fields every service shares."""
+
+    log_level: str = "info"
+    log_json: bool = True
+    ops_host: str = "127.0.0.1"
+    ops_port: int = 9180
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Any:
+        env = os.environ if environ is None else environ
+        hints = get_type_hints(cls)
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            var = PREFIX + f.name.upper()
+            if var in env and env[var] != "":
+                values[f.name] = _convert(f.name, env[var], hints[f.name])
+            elif f.metadata.get("required"):
+                raise SettingsError(
+                    f"{var} is not set; export it (see README, 'Configuration') or run `make demo`"
+                )
+        settings = cls(**values)
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        if not 0 < self.ops_port < 65536:
+            raise SettingsError(f"{PREFIX}OPS_PORT={self.ops_port} must be a TCP port")
+
+
+@dataclass(frozen=True)
+class KafkaSettings(BaseSettings):
+    kafka_bootstrap: str = _required()
+    topic_signals: str = "memory.signals"
+    topic_dlq: str = "memory.signals.dlq"
+    topic_changelog: str = "memory.changelog"
+
+
+@dataclass(frozen=True)
+class AuthSettings(BaseSettings):
+    """JWT verification for the public HTTP endpoints (ingest, api)."""
+
+    jwt_secret: str = _secret()
+    jwt_issuer: str = "memwright"
+    jwt_audience: str = "memwright"
+    http_host: str = "127.0.0.1"
+    http_port: int = 8080
+
+    def validate(self) -> None:
+        super().validate()
+        if len(self.jwt_secret) < 32:
+            raise SettingsError(
+                f"{PREFIX}JWT_SECRET must be at least 32 characters; "
+                "generate one with `openssl rand -hex 32`"
+            )
+
+
+@dataclass(frozen=True)
+class IngestSettings(KafkaSettings, AuthSettings):
+    ops_port: int = 9181
+    http_port: int = 8081
+    max_batch: int = 500
+    max_body_bytes: int = 1_048_576
+    produce_timeout_s: float = 5.0
+
+
+@dataclass(frozen=True)
+class PostgresSettings(BaseSettings):
+    pg_dsn: str = field(default=None, repr=False, metadata={"required": True})  # type: ignore[assignment]
+    pg_pool_min: int = 1
+    pg_pool_max: int = 10
+
+
+@dataclass(frozen=True)
+class SweeperSettings(KafkaSettings, PostgresSettings):
+    ops_port: int = 9183
+    window_seconds: float = 60.0
+    sweeper_app_id: str = "memwright-sweeper"
+    sweeper_data_dir: str = ".local/sweeper"
+
+    def validate(self) -> None:
+        super().validate()
+        if not 1.0 <= self.window_seconds <= 3600:
+            raise SettingsError(f"{PREFIX}WINDOW_SECONDS must be between 1 and 3600")
+
+
+@dataclass(frozen=True)
+class CuratorSettings(PostgresSettings):
+    ops_port: int = 9184
+    curator_id: str = ""
+    lease_seconds: float = 120.0
+    poll_seconds: float = 1.0
+    concurrency: int = 4
+    memory_budget: int = 40
+    policy: str = "rules"  # rules | llm
+    llm_base_url: str = ""
+    llm_api_key: str = field(default="", repr=False)
+    llm_model: str = "gpt-4o-mini"
+
+    def validate(self) -> None:
+        super().validate()
+        if self.policy not in {"rules", "llm"}:
+            raise SettingsError(f"{PREFIX}POLICY must be 'rules' or 'llm', not {self.policy!r}")
+        if self.policy == "llm" and not self.llm_base_url:
+            raise SettingsError(f"{PREFIX}LLM_BASE_URL is not set; it is required with POLICY=llm")
+        if self.concurrency < 1:
+            raise SettingsError(f"{PREFIX}CONCURRENCY must be at least 1")
+
+
+@dataclass(frozen=True)
+class QdrantSettings(BaseSettings):
+    qdrant_url: str = ""  # empty: embedded local mode at qdrant_path
+    qdrant_api_key: str = field(default="", repr=False)
+    qdrant_path: str = ".local/qdrant"
+    qdrant_collection: str = "memories"
+    embedder: str = "hashing"  # hashing | openai
+    embed_base_url: str = ""
+    embed_model: str = "text-embedding-3-small"
+    embed_api_key: str = field(default="", repr=False)
+
+
+@dataclass(frozen=True)
+class IndexerSettings(KafkaSettings, PostgresSettings, QdrantSettings):
+    ops_port: int = 9185
+    relay_batch: int = 200
+    relay_poll_seconds: float = 0.5
+    indexer_group: str = "memwright-indexer"
+
+
+@dataclass(frozen=True)
+class ApiSettings(PostgresSettings, AuthSettings):
+    ops_port: int = 9182
+    http_port: int = 8082

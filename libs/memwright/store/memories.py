@@ -1,0 +1,98 @@
+"""Reads for the api: previews, one memory with its receipts, its audit trail, hypotheses."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from typing import Any
+
+import asyncpg
+
+PREVIEW_CHARS = 120
+
+
+def preview(text: str) -> str:
+    return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1].rstrip() + "…"
+
+
+async def list_previews(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> tuple[list[dict[str, Any]], str]:
+    """All of a user's memories as previews, in a stable order, and an ETag for the set."""
+    rows = await conn.fetch(
+        """SELECT memory_id, author, kind, text, version, updated_at FROM memories
+           WHERE user_id = $1 ORDER BY created_at, memory_id""",
+        user_id,
+    )
+    items = [
+        {
+            "id": str(r["memory_id"]),
+            "preview": preview(r["text"]),
+            "author": r["author"],
+            "kind": r["kind"],
+            "version": r["version"],
+            "updated_at": r["updated_at"].isoformat(),
+        }
+        for r in rows
+    ]
+    etag = hashlib.sha256("|".join(f"{i['id']}:{i['version']}" for i in items).encode()).hexdigest()[:32]
+    return items, f'"{etag}"'
+
+
+async def get_with_receipts(conn: asyncpg.Connection | asyncpg.Pool, user_id: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    row = await conn.fetchrow(
+        """SELECT memory_id, author, kind, text, version, created_at, updated_at FROM memories
+           WHERE memory_id = $1 AND user_id = $2""",  # tenant isolation: user id always in the key
+        memory_id, user_id,
+    )
+    if row is None:
+        return None
+    receipts = await conn.fetch(
+        """SELECT m.message_id, m.conversation_id, m.project_id, m.text, m.sent_at, m.accepted_at
+           FROM memory_evidence e JOIN messages m ON m.user_id = e.user_id AND m.message_id = e.message_id
+           WHERE e.memory_id = $1 AND e.user_id = $2 ORDER BY m.seq""",
+        memory_id, user_id,
+    )
+    return {
+        "id": str(row["memory_id"]),
+        "text": row["text"],
+        "author": row["author"],
+        "kind": row["kind"],
+        "version": row["version"],
+        "created_at": row["created_at"].isoformat(),
+        "updated_at": row["updated_at"].isoformat(),
+        "receipts": [
+            {
+                "message_id": r["message_id"],
+                "conversation_id": r["conversation_id"],
+                "project_id": r["project_id"],
+                "text": r["text"],
+                "at": (r["sent_at"] or r["accepted_at"]).isoformat(),
+            }
+            for r in receipts
+        ],
+    }
+
+
+async def history(conn: asyncpg.Connection | asyncpg.Pool, user_id: str, memory_id: uuid.UUID) -> list[dict[str, Any]]:
+    rows = await conn.fetch(
+        """SELECT audit_id, action, actor, run_id, before, after, evidence, reason, at FROM memory_audit
+           WHERE memory_id = $1 AND user_id = $2 ORDER BY audit_id""",
+        memory_id, user_id,
+    )
+    return [
+        {
+            "action": r["action"],
+            "actor": r["actor"],
+            "run_id": str(r["run_id"]) if r["run_id"] else None,
+            "before": r["before"],
+            "after": r["after"],
+            "evidence": list(r["evidence"]),
+            "reason": r["reason"],
+            "at": r["at"].isoformat(),
+        }
+        for r in rows
+    ]
+
+
+async def hypotheses(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> list[dict[str, Any]]:
+    value = await conn.fetchval("SELECT hypotheses FROM agent_state WHERE user_id = $1", user_id)
+    return list(value or [])

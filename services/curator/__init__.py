@@ -1,0 +1,1 @@
+"""The curator service."""

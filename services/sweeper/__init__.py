@@ -1,0 +1,1 @@
+"""The sweeper service."""
