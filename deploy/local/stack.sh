@@ -3,6 +3,7 @@
 #
 #   deploy/local/stack.sh start    # start Kafka (KRaft, single node) + PostgreSQL
 #   deploy/local/stack.sh stop     # stop both (fine when already stopped)
+#   deploy/local/stack.sh stop kafka   # (or postgres) one component only; same for start
 #   deploy/local/stack.sh status   # print state; exit 0 only if both are running
 #   deploy/local/stack.sh env      # print `export MEMWRIGHT_...` lines: eval "$(deploy/local/stack.sh env)"
 #
@@ -533,12 +534,14 @@ pg_status() {
 # ===========================================================================
 # Subcommands
 # ===========================================================================
+# An optional second argument (kafka | postgres) limits start/stop to one component,
+# which the fault drills use to take one of them away while the other keeps running.
 cmd_start() {
     init_dirs
     take_lock
     local t0=$SECONDS
-    kafka_start
-    pg_start
+    [[ "${1:-all}" == postgres ]] || kafka_start
+    [[ "${1:-all}" == kafka ]] || pg_start
     print_env >"$ENV_FILE"
     log "ready in $((SECONDS - t0))s; environment written to $ENV_FILE (eval \"\$($0 env)\")"
 }
@@ -546,8 +549,8 @@ cmd_start() {
 cmd_stop() {
     init_dirs
     take_lock
-    kafka_stop
-    pg_stop
+    [[ "${1:-all}" == postgres ]] || kafka_stop
+    [[ "${1:-all}" == kafka ]] || pg_stop
 }
 
 cmd_status() {
@@ -565,8 +568,8 @@ usage() {
 
 main() {
     case "${1:-}" in
-        start)  cmd_start ;;
-        stop)   cmd_stop ;;
+        start)  cmd_start "${2:-all}" ;;
+        stop)   cmd_stop "${2:-all}" ;;
         status) cmd_status ;;
         env)    print_env ;;
         -h|--help|help) usage ;;

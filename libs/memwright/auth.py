@@ -33,9 +33,17 @@ class Principal:
         return self.is_service or "admin" in self.scopes or self.subject == user_id
 
 
-def _error(cls: type[web.HTTPException], reason: str) -> web.HTTPException:
-    headers = {"WWW-Authenticate": 'Bearer realm="memwright"'} if cls is web.HTTPUnauthorized else None
-    return cls(text=f'{{"error": "{reason}"}}', content_type="application/json", headers=headers)
+class AuthError(Exception):
+    """401 (who are you?) or 403 (you may not); `response()` renders it for aiohttp."""
+
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+    def response(self) -> web.Response:
+        headers = {"WWW-Authenticate": 'Bearer realm="memwright"'} if self.status == 401 else None
+        return web.json_response({"error": self.reason}, status=self.status, headers=headers)
 
 
 def mint(settings: AuthSettings, subject: str, scopes: list[str], ttl_seconds: int = 3600) -> str:
@@ -56,7 +64,7 @@ def mint(settings: AuthSettings, subject: str, scopes: list[str], ttl_seconds: i
 
 def verify(settings: AuthSettings, header: str | None) -> Principal:
     if not header or not header.startswith("Bearer "):
-        raise _error(web.HTTPUnauthorized, "missing bearer token (Authorization: Bearer <jwt>)")
+        raise AuthError(401, "missing bearer token (Authorization: Bearer <jwt>)")
     try:
         claims = jwt.decode(
             header.removeprefix("Bearer ").strip(),
@@ -67,16 +75,16 @@ def verify(settings: AuthSettings, header: str | None) -> Principal:
             options={"require": ["exp", "sub", "iss", "aud"]},
         )
     except jwt.ExpiredSignatureError:
-        raise _error(web.HTTPUnauthorized, "token expired") from None
+        raise AuthError(401, "token expired") from None
     except jwt.InvalidTokenError as exc:
-        raise _error(web.HTTPUnauthorized, f"invalid token: {exc}") from None
+        raise AuthError(401, f"invalid token: {exc}") from None
     return Principal(str(claims["sub"]), frozenset(str(claims.get("scope", "")).split()))
 
 
 def authorize(settings: AuthSettings, request: web.Request, scope: str, user_id: str | None = None) -> Principal:
     principal = verify(settings, request.headers.get("Authorization"))
     if scope not in principal.scopes and "admin" not in principal.scopes:
-        raise _error(web.HTTPForbidden, f"token lacks scope {scope}")
+        raise AuthError(403, f"token lacks scope {scope}")
     if user_id is not None and not principal.may_access(user_id):
-        raise _error(web.HTTPForbidden, "token may not access this user's data")
+        raise AuthError(403, "token may not access this user's data")
     return principal

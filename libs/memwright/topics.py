@@ -31,14 +31,16 @@ def topic_specs(settings: KafkaSettings, sweeper_app_id: str = "memwright-sweepe
     ]
 
 
-async def ensure_topics(settings: KafkaSettings, replication: int = 1) -> list[str]:
+async def ensure_topics(
+    settings: KafkaSettings, replication: int = 1, sweeper_app_id: str = "memwright-sweeper"
+) -> list[str]:
     """Create missing topics; return the names created. Existing topics are left as they are."""
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=15000)
     await admin.start()
     created = []
     try:
         existing = set(await admin.list_topics())
-        for spec in topic_specs(settings):
+        for spec in topic_specs(settings, sweeper_app_id):
             if spec.name in existing:
                 continue
             try:

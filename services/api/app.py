@@ -16,7 +16,7 @@ import structlog
 from aiohttp import web
 
 from memwright import logs, metrics
-from memwright.auth import authorize
+from memwright.auth import AuthError, authorize
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
 from memwright.settings import ApiSettings
 from memwright.store import memories
@@ -54,7 +54,10 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool) -> web.Application:
         route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
         status = 500
         try:
-            response = await handler(request)
+            try:
+                response = await handler(request)
+            except AuthError as exc:
+                response = exc.response()
             status = response.status
             return response
         except web.HTTPException as exc:

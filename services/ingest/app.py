@@ -15,7 +15,7 @@ import structlog
 from aiohttp import web
 
 from memwright import logs, metrics
-from memwright.auth import authorize
+from memwright.auth import AuthError, authorize
 from memwright.events import InvalidSignal, Signal, parse_signal
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
 from memwright.producer import SignalProducer
@@ -89,9 +89,9 @@ def build_app(settings: IngestSettings, keeper: ProducerKeeper) -> web.Applicati
     async def _handle(request: web.Request) -> web.Response:
         try:
             principal = authorize(settings, request, "signals:write")
-        except web.HTTPException as exc:
+        except AuthError as exc:
             metrics.INGEST_REJECTIONS.labels("auth").inc()
-            return web.Response(status=exc.status, text=exc.text, content_type="application/json", headers=exc.headers)
+            return exc.response()
         if request.content_length is not None and request.content_length > settings.max_body_bytes:
             metrics.INGEST_REJECTIONS.labels("too_large").inc()
             return _json_error(413, f"body larger than {settings.max_body_bytes} bytes")

@@ -1,0 +1,116 @@
+"""Shared fixtures. Kafka and PostgreSQL are real: the local stack (deploy/local/stack.sh)
+is started once per session if it is not running, every session gets its own Kafka
+topics and a freshly migrated test database."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
+from pathlib import Path
+
+import asyncpg
+import pytest
+
+from memwright.settings import KafkaSettings
+from memwright.store.db import create_pool
+from memwright.store.migrate import migrate
+from memwright.topics import ensure_topics
+
+ROOT = Path(__file__).resolve().parents[1]
+STACK = ROOT / "deploy" / "local" / "stack.sh"
+TABLES = (
+    "messages", "backlog", "agents", "agent_state", "memories", "memory_evidence",
+    "memory_audit", "index_outbox", "curation_runs",
+)
+JWT_SECRET = "test-secret-" + "x" * 32
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test by its folder; run tests that disturb the shared stack last."""
+    for item in items:
+        for kind in ("unit", "integration", "e2e"):
+            if f"tests/{kind}/" in str(item.path).replace(os.sep, "/"):
+                item.add_marker(getattr(pytest.mark, kind))
+    items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "disruptive: stops or restarts a shared service; runs last")
+
+
+def _stack_env() -> dict[str, str]:
+    out = subprocess.run([str(STACK), "env"], check=True, capture_output=True, text=True).stdout
+    env = {}
+    for line in out.splitlines():
+        if line.startswith("export "):
+            key, _, value = line.removeprefix("export ").partition("=")
+            env[key] = value.strip("'\"")
+    return env
+
+
+@pytest.fixture(scope="session")
+def stack() -> dict[str, str]:
+    """The running local stack's addresses (started here if needed, left running for reuse)."""
+    subprocess.run([str(STACK), "start"], check=True)
+    return _stack_env()
+
+
+def fresh_database(stack: dict[str, str], name: str) -> str:
+    """Drop and recreate database `name` on the local stack, migrate it, return its DSN."""
+    admin_dsn = stack["MEMWRIGHT_PG_DSN"]
+    dsn = admin_dsn.rsplit("/", 1)[0] + "/" + name
+
+    async def reset() -> None:
+        conn = await asyncpg.connect(admin_dsn)
+        try:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            await conn.execute(f'CREATE DATABASE "{name}"')
+        finally:
+            await conn.close()
+        await migrate(dsn)
+
+    asyncio.run(reset())
+    return dsn
+
+
+@pytest.fixture(scope="session")
+def pg_dsn(stack: dict[str, str]) -> str:
+    """A freshly migrated database for integration tests."""
+    return fresh_database(stack, "memwright_it")
+
+
+@pytest.fixture(scope="session")
+async def pool(pg_dsn: str) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(pg_dsn, 1, 20)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def db(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
+    """A pool on an empty database (all tables truncated before the test)."""
+    await pool.execute(f"TRUNCATE {', '.join(TABLES)} RESTART IDENTITY")
+    yield pool
+
+
+@pytest.fixture(scope="session")
+def kafka(stack: dict[str, str]) -> KafkaSettings:
+    """Kafka settings with topics of this session only (no leftovers from other runs)."""
+    prefix = f"t{uuid.uuid4().hex[:8]}"
+    settings = replace(
+        KafkaSettings(kafka_bootstrap=stack["MEMWRIGHT_KAFKA_BOOTSTRAP"]),
+        topic_signals=f"{prefix}.memory.signals",
+        topic_dlq=f"{prefix}.memory.signals.dlq",
+        topic_changelog=f"{prefix}.memory.changelog",
+    )
+    asyncio.run(ensure_topics(settings, sweeper_app_id=f"{prefix}-sweeper"))
+    return settings
+
+
+@pytest.fixture(scope="session")
+def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    yield tmp_path_factory.mktemp("memwright")

@@ -1,0 +1,80 @@
+"""The five services as real processes against the local stack, started once per session."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import aiohttp
+import asyncpg
+import pytest
+
+from memwright.auth import mint
+from memwright.localrun import ServiceProcesses
+from memwright.settings import AuthSettings, KafkaSettings
+from memwright.store.db import create_pool
+from tests.conftest import JWT_SECRET, fresh_database
+
+WINDOW_SECONDS = 1.0
+
+
+@dataclass
+class Pipeline:
+    procs: ServiceProcesses
+    env: dict[str, str]
+    kafka: KafkaSettings
+    service_token: str
+
+    @property
+    def ingest(self) -> str:
+        return self.procs.url("ingest")
+
+    @property
+    def api(self) -> str:
+        return self.procs.url("api")
+
+    def auth(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.service_token}"}
+
+
+@pytest.fixture(scope="session")
+def pipeline(stack: dict[str, str], kafka: KafkaSettings, session_tmp: Path) -> Iterator[Pipeline]:
+    dsn = fresh_database(stack, "memwright_e2e")
+    env = {
+        "MEMWRIGHT_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
+        "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
+        "MEMWRIGHT_TOPIC_DLQ": kafka.topic_dlq,
+        "MEMWRIGHT_TOPIC_CHANGELOG": kafka.topic_changelog,
+        "MEMWRIGHT_SWEEPER_APP_ID": kafka.topic_signals.split(".")[0] + "-sweeper",
+        "MEMWRIGHT_SWEEPER_DATA_DIR": str(session_tmp / "sweeper"),
+        "MEMWRIGHT_INDEXER_GROUP": kafka.topic_signals.split(".")[0] + "-indexer",
+        "MEMWRIGHT_PG_DSN": dsn,
+        "MEMWRIGHT_JWT_SECRET": JWT_SECRET,
+        "MEMWRIGHT_WINDOW_SECONDS": str(WINDOW_SECONDS),
+        "MEMWRIGHT_POLL_SECONDS": "0.2",
+        "MEMWRIGHT_QDRANT_PATH": str(session_tmp / "qdrant"),
+        "MEMWRIGHT_LOG_LEVEL": "info",
+    }
+    procs = ServiceProcesses(env, session_tmp / "logs", base_port=18100)
+    procs.start()
+    asyncio.run(procs.wait_ready(timeout=90))
+    token = mint(AuthSettings(jwt_secret=JWT_SECRET), "service:tests", ["signals:write", "memories:read", "admin"])
+    yield Pipeline(procs, env, kafka, token)
+    codes = procs.stop()
+    # every service shuts down cleanly on SIGTERM
+    assert all(code == 0 for code in codes.values()), f"unclean shutdown: {codes} (logs in {procs.log_dir})"
+
+
+@pytest.fixture(scope="session")
+async def e2e_pool(pipeline: Pipeline) -> AsyncIterator[asyncpg.Pool]:
+    p = await create_pool(pipeline.env["MEMWRIGHT_PG_DSN"], 1, 5)
+    yield p
+    await p.close()
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30)) as session:
+        yield session

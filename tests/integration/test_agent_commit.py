@@ -1,0 +1,93 @@
+"""A run commits everything in one transaction, or nothing (invariant 3), and the database
+itself enforces the budget (5), the append-only audit (6) and the user's memories (7)."""
+
+from __future__ import annotations
+
+import uuid
+
+import asyncpg
+import pytest
+
+from memwright.agent.rules import RulesPolicy
+from memwright.agent.run import run_agent, start_run
+from memwright.agent.tools import MemoryTools, Message
+from memwright.store import leases
+from tests.integration.helpers import sweep
+
+
+class ExplodingPolicy(RulesPolicy):
+    """Does the real work through the tools, then crashes before the commit."""
+
+    async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
+        await super().run(tools, new_messages)
+        assert tools.changes, "the policy should have staged a change"
+        raise RuntimeError("crash in the middle of the run")
+
+
+async def _run(db: asyncpg.Pool, policy: RulesPolicy) -> None:
+    async with db.acquire() as conn:
+        lease = await leases.claim_next(conn, "t", 60)
+        assert lease is not None
+        try:
+            run_id = await start_run(conn, lease, policy.name)
+            await run_agent(conn, lease, policy, run_id)
+        finally:
+            await leases.release(conn, lease)
+
+
+async def test_a_crashed_run_leaves_nothing_and_the_next_run_redoes_the_same_signals(db: asyncpg.Pool) -> None:
+    [mid] = await sweep(db, "alice", "Never use emoji.")
+    with pytest.raises(RuntimeError):
+        await _run(db, ExplodingPolicy())
+    for table in ("memories", "memory_evidence", "memory_audit", "index_outbox", "agent_state"):
+        assert await db.fetchval(f"SELECT count(*) FROM {table}") == 0, table
+    assert await db.fetchval("SELECT count(*) FROM backlog") == 1
+
+    await _run(db, RulesPolicy())
+    assert await db.fetchval("SELECT count(*) FROM memories") == 1
+    assert await db.fetchval("SELECT message_id FROM memory_evidence") == mid
+    assert await db.fetchval("SELECT count(*) FROM memory_audit") == 1
+    assert await db.fetchval("SELECT count(*) FROM index_outbox") == 1
+    assert await db.fetchval("SELECT count(*) FROM backlog") == 0
+    assert await db.fetchval("SELECT watermark FROM agents") == await db.fetchval("SELECT max(seq) FROM messages")
+
+
+async def _insert(conn: asyncpg.Connection, user: str, author: str, text: str = "x") -> uuid.UUID:
+    mid = uuid.uuid4()
+    await conn.execute(
+        "INSERT INTO memories (memory_id, user_id, author, text) VALUES ($1, $2, $3, $4)", mid, user, author, text
+    )
+    return mid
+
+
+async def test_the_database_refuses_agent_memories_beyond_the_budget(db: asyncpg.Pool) -> None:
+    await db.execute("INSERT INTO agents (user_id, memory_budget) VALUES ('alice', 2)")
+    async with db.acquire() as conn:
+        await _insert(conn, "alice", "agent")
+        await _insert(conn, "alice", "agent")
+        await _insert(conn, "alice", "user")  # the user's own memories do not count
+        with pytest.raises(asyncpg.CheckViolationError, match="budget"):
+            await _insert(conn, "alice", "agent")
+
+
+async def test_the_database_refuses_agent_changes_to_user_written_memories(db: asyncpg.Pool) -> None:
+    async with db.acquire() as conn:
+        mid = await _insert(conn, "alice", "user", "I am allergic to nuts")
+        for statement in ("UPDATE memories SET text = 'changed' WHERE memory_id = $1",
+                          "DELETE FROM memories WHERE memory_id = $1"):
+            async with conn.transaction():
+                await conn.execute("SET LOCAL memwright.actor = 'agent'")
+                with pytest.raises(asyncpg.InsufficientPrivilegeError, match="written by the user"):
+                    await conn.execute(statement, mid)
+        async with conn.transaction():
+            await conn.execute("SET LOCAL memwright.actor = 'user'")
+            await conn.execute("UPDATE memories SET text = 'I am allergic to peanuts' WHERE memory_id = $1", mid)
+
+
+async def test_the_audit_trail_is_append_only(db: asyncpg.Pool) -> None:
+    await sweep(db, "alice", "Always answer in metric units")
+    await _run(db, RulesPolicy())
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await db.execute("UPDATE memory_audit SET reason = 'rewritten'")
+    with pytest.raises(asyncpg.InsufficientPrivilegeError):
+        await db.execute("DELETE FROM memory_audit")
