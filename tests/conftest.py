@@ -29,6 +29,7 @@ TABLES = (
 JWT_SECRET = "test-secret-" + "x" * 32
 
 
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by its folder; run tests that disturb the shared stack last."""
     for item in items:

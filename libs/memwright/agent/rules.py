@@ -1,116 +1,777 @@
 """The offline rules policy: drives the same tool layer as the LLM policy, with no network.
 
-- An explicit preference ("always …", "never …", "from now on …") becomes a memory at once,
-  citing the message that said it; a restatement adds evidence to the existing memory.
-- A weak signal ("I'm a …", "I use …", "I like …") becomes a hypothesis; it graduates to a
-  memory only when it has been seen in two different conversations.
-- Anything else is a one-off and is forgotten.
+Deterministic, English-only, and deliberately conservative (the high bar):
+
+- An explicit preference or standing fact ("always …", "never …", "from now on …", "I prefer …",
+  "please don't …", "I'd rather …", "keep in mind that …", "my name is …", "I'm allergic to …")
+  becomes a memory in the same run, citing the message that said it. A restatement adds its
+  evidence to the existing memory instead of adding a second one.
+- A weak signal ("I'm a …", "I mostly use …", "I'm really into …", "my favourite … is …",
+  "I live in …") becomes or strengthens a hypothesis in working memory. It graduates to a memory
+  only once seen in PROMOTE_AFTER_CONVERSATIONS distinct conversations, citing every observation;
+  repetition inside one conversation keeps it a hypothesis. Hypotheses that do not repeat within
+  the fade horizon are dropped.
+- A change ("actually I switched to tea", "I no longer …", "I use X instead of Y now") updates the
+  memory it contradicts, with the new evidence; "forget that …" deletes it (citing the request).
+  A contradicted hypothesis is dropped (and the new value noted as a hypothesis).
+- Anything else is a one-off and is forgotten: requests about the current task ("I prefer the
+  second option", "for this email use a formal tone"), questions, moods, other people's facts.
+- At the budget the policy never evicts: it folds the new memory into a related one
+  (update_memory), or consolidates the two most related memories (consolidate_memories), and
+  otherwise holds the new one as a hypothesis so nothing is lost.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
+from datetime import timedelta
 
-from memwright.agent.tools import MemoryTools, Message
+from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
+from memwright.agent.working import FADE_AFTER, hypothesis_id
+from memwright.embed import cosine, hashing_embed
 
 PROMOTE_AFTER_CONVERSATIONS = 2
 DUPLICATE_SCORE = 0.8
 
-_SENTENCES = re.compile(r"(?<=[.!?])\s+|\n+")
-_EXPLICIT = re.compile(
-    r"^(?:(?:please|also|and|remember|note|ok|okay)[:,]?\s+)*"
-    r"(?:always|never|from now on|going forward|in future|don't ever|do not ever)\b",
+# ---- words -------------------------------------------------------------------------------
+
+_LEAD_IN = re.compile(
+    r"^(?:(?:just so you know|so you know|for the record|for future reference|fyi|oh|ok|okay|so|also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|no|nope|"
+    r"one more thing|one thing|another thing|thanks|thank you|great|cool|fyi|quick note|ps|p\.s\.|"
+    r"oh and|and also|just|hmm|right|alright|anyway|anyways|first|firstly|second|secondly|"
+    r"finally|lastly|again)\b[\s:,!.-]*)+",
     re.IGNORECASE,
 )
-_TRANSIENT = {
-    "tired", "sorry", "sure", "not sure", "here", "back", "ok", "okay", "fine", "done", "confused",
-    "curious", "happy", "glad", "ready", "busy", "late", "lost", "stuck", "new here", "bored", "hungry",
+_SPLIT = re.compile(r"(?<=[.!?;])\s+|\n+|\s+-{1,2}\s+")
+_WORD = re.compile(r"[a-z0-9+#]+(?:'[a-z]+)?")
+
+STOP = frozenset(
+    """a an the and or but so to of in on at for with from by as is are was were be been being am do does
+    did doing have has had having i i'm i've i'd i'll me my mine myself you your yours we our us they them
+    their it its it's this that these those there here what which who whom when where why how all any
+    some no not don't doesn't didn't can can't could would should will won't just very really quite also
+    too more most much many please always never ever from now on going forward future user user's
+    prefer prefers preferred rather like likes love loves enjoy enjoys want wants use uses using used
+    make sure remember keep mind note know let thing things something anything everything stuff one
+    thanks thank okay ok actually instead anymore longer again still usually mostly often typically
+    generally normally tend tends mainly only get got give gives say said tell told stop stopped
+    switched switch moved changed if then than while about into over under up down out off lot""".split()
+)
+
+# A small lexicon: words that name alternatives within one topic, so that "I switched to tea"
+# can find the memory about coffee, and related memories can be folded together at the budget.
+CATEGORIES: dict[str, frozenset[str]] = {
+    name: frozenset(words.split())
+    for name, words in {
+        "drink": "coffee tea espresso latte cappuccino decaf matcha chai cocoa juice soda beer wine",
+        "diet": "vegetarian vegan pescatarian keto paleo carnivore omnivore meat fish dairy gluten halal "
+                "kosher",
+        "programming": "python javascript typescript java go golang rust ruby kotlin swift scala haskell "
+                       "elixir php perl julia clojure c++ c# cpp lua dart zig ocaml",
+        "editor": "vim neovim emacs vscode sublime intellij pycharm atom nano helix zed xcode webstorm",
+        "os": "linux windows macos mac ubuntu debian fedora arch",
+        "units": "metric imperial celsius fahrenheit kilometers kilometres km miles kilograms kg pounds "
+                 "lbs meters metres feet inches centimeters centimetres",
+        "language": "english french spanish german italian portuguese dutch japanese chinese mandarin "
+                    "korean russian polish swedish norwegian danish finnish greek turkish arabic hindi",
+        "style": "formal informal casual concise brief short terse detailed verbose long lengthy "
+                 "emoji emojis bullet bullets markdown tables headings prose numbered jargon tone "
+                 "exclamation summary summaries tl;dr",
+        "indent": "tabs spaces",
+        "theme": "dark light",
+        "shell": "bash zsh fish powershell",
+        "database": "postgres postgresql mysql sqlite mongodb redis oracle",
+        "cloud": "aws gcp azure",
+        "spelling": "british american",
+        "browser": "firefox chrome safari edge brave",
+        "time": "morning mornings evening evenings night nights afternoon afternoons",
+        "transport": "car bike bicycle train bus cycling driving",
+        "pet": "dog dogs cat cats",
+        "naming": "camelcase snake_case kebab-case",
+        "testing": "pytest unittest jest mocha",
+    }.items()
 }
-_WEAK = [
-    (re.compile(r"\bI(?:'m| am) (?P<article>an? )?(?P<what>[a-z][a-z' -]{2,40}?)(?=[.,!?;]|$| and | but | so )", re.I),
-     "User is {article}{what}"),
-    (re.compile(r"\bI (?:really |usually |mostly |often )?(?P<verb>like|love|enjoy|prefer|use|work with|work on|"
-                r"live in|work at|work as) (?P<what>[a-z0-9][a-z0-9' +#.-]{1,40}?)(?=[.,!?;]|$| and | but | so )", re.I),
-     "User {verb} {what}"),
-    (re.compile(r"\bmy (?P<what>(?:favou?rite|preferred) [a-z ]{2,20} (?:is|are) [a-z0-9 ]{2,30}?)(?=[.,!?;]|$)", re.I),
-     "User's {what}"),
-]
-_VERB_3RD = {"like": "likes", "love": "loves", "enjoy": "enjoys", "prefer": "prefers", "use": "uses",
-             "work with": "works with", "work on": "works on", "live in": "lives in", "work at": "works at",
-             "work as": "works as"}
+_CATEGORY_OF: dict[str, str] = {w: name for name, words in CATEGORIES.items() for w in words}
+
+
+def words(text: str) -> list[str]:
+    return _WORD.findall(text.lower().replace("’", "'"))
+
+
+def _stem(word: str) -> str:
+    if word.endswith("'s"):
+        word = word[:-2]
+    if len(word) > 4 and word.endswith("ies"):
+        return word[:-3] + "y"
+    if len(word) > 3 and word.endswith("s") and not word.endswith("ss"):
+        return word[:-1]
+    return word
+
+
+def content_words(text: str) -> set[str]:
+    return {_stem(w) for w in words(text) if w not in STOP and len(w) > 1}
+
+
+def categories(text: str) -> set[str]:
+    return {_CATEGORY_OF[w] for w in words(text) if w in _CATEGORY_OF}
+
+
+def category_words(text: str, category: str) -> list[str]:
+    return [w for w in words(text) if _CATEGORY_OF.get(w) == category]
+
+
+_NEGATIVE = re.compile(
+    r"\b(?:never|don't|do not|dont|doesn't|does not|no longer|not|no|stop|avoid|hate|can't stand|"
+    r"without|dislike|anymore|any more)\b",
+    re.IGNORECASE,
+)
+
+
+def polarity(text: str) -> bool:
+    """True for a positive statement, False for a negative one ("never", "don't", "no longer")."""
+    return len(_NEGATIVE.findall(text)) % 2 == 0
+
+
+# ---- sentences and their form ------------------------------------------------------------
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SENTENCES.split(text) if s.strip()]
+    return [s.strip() for s in _SPLIT.split(text) if s.strip()]
+
+
+def strip_lead_in(sentence: str) -> str:
+    return _LEAD_IN.sub("", sentence.strip()).strip()
+
+
+_ADVERBS = {"really", "usually", "always", "never", "mostly", "often", "also", "just", "definitely",
+            "strongly", "generally", "typically", "actually", "still", "only", "now", "mainly",
+            "normally", "truly", "absolutely", "much", "no", "honestly", "personally"}
+_IRREGULAR = {"have": "has", "do": "does", "go": "goes", "am": "is", "don't": "doesn't", "can't": "can't",
+              "won't": "won't", "can": "can", "will": "will", "would": "would", "should": "should",
+              "could": "could", "must": "must", "might": "might", "was": "was", "'m": "is"}
+
+
+def third_person(verb: str) -> str:
+    low = verb.lower()
+    if low in _IRREGULAR:
+        return _IRREGULAR[low]
+    if low.endswith(("s", "sh", "ch", "x", "z", "o")):
+        return verb + "es"
+    if low.endswith("y") and len(low) > 2 and low[-2] not in "aeiou":
+        return verb[:-1] + "ies"
+    return verb + "s"
+
+
+_REQUEST_PREFIX = re.compile(
+    r"^(?:please\s+)?(?:(?:remember|keep in mind|note|don't forget|do not forget|for the record|"
+    r"just so you know|for future reference|fyi|be aware|know)(?:\s+that)?[\s:,]+)",
+    re.IGNORECASE,
+)
+
+
+def as_memory(clause: str) -> str:
+    """A clause the user wrote, as the text of a memory: no lead-in, third person, one sentence."""
+    s = strip_lead_in(clause).strip().rstrip(" .!;,")
+    s = _REQUEST_PREFIX.sub("", s)
+    s = re.sub(r"^(?:please|kindly)[\s,]+", "", s, flags=re.I)
+    s = re.sub(r"^(?:can|could|would|will) you (?:please )?", "", s, flags=re.I).rstrip(" ?")
+    s = re.sub(r"(?:,\s*)?\b(?:please|by the way|btw|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$",
+               "", s, flags=re.I).rstrip(" ,")
+    s = re.sub(r"^my\b", "User's", s, flags=re.I)
+    head = re.match(r"^(i'm|i am|i've|i have|i'd|i would|i)\b\s*", s, re.I)
+    rest = s[head.end():] if head else s
+    rest = _they(rest)
+    if head:
+        h = head.group(1).lower().replace("’", "'")
+        if h in ("i'm", "i am"):
+            s = "User is " + rest
+        elif h in ("i've", "i have"):
+            s = "User has " + rest
+        elif h in ("i'd", "i would"):
+            s = "User would " + rest
+        else:
+            parts = rest.split(" ", 1)
+            adverbs = []
+            while parts and parts[0].lower() in _ADVERBS and len(parts) > 1:
+                adverbs.append(parts[0])
+                parts = parts[1].split(" ", 1)
+            if adverbs and adverbs[-1].lower() == "no" and parts[0].lower() == "longer" and len(parts) > 1:
+                verb, *more = parts[1].split(" ", 1)  # "I no longer drink" -> "User no longer drinks"
+                s = "User " + " ".join([*adverbs, "longer", third_person(verb), *more])
+            else:
+                verb = third_person(parts[0]) if parts and parts[0] else ""
+                s = "User " + " ".join([*adverbs, verb, *parts[1:]])
+    else:
+        s = s[:1].upper() + s[1:]
+    s = re.sub(r"\s+", " ", s).strip()
+    return s + "."
+
+
+def _they(text: str) -> str:
+    """First person to third person inside a clause ("call me Sam" -> "call them Sam")."""
+    subs = [
+        (r"\bI'm\b", "they're"), (r"\bI am\b", "they are"), (r"\bI've\b", "they've"), (r"\bI'd\b", "they'd"),
+        (r"\bI'll\b", "they'll"), (r"\bI\b", "they"), (r"\bmyself\b", "themselves"), (r"\bmine\b", "theirs"),
+        (r"\bmy\b", "their"), (r"\bme\b", "them"),
+    ]
+    for pattern, repl in subs:
+        text = re.sub(pattern, repl, text, flags=re.IGNORECASE)
+    return text
+
+
+# Explicit preferences and standing facts: remembered at once.
+_EXPLICIT = [
+    re.compile(p, re.IGNORECASE)
+    for p in (
+        r"\b(?:from now on|going forward|moving forward|in (?:the )?future|for future reference|"
+        r"from here on(?: out)?|henceforth|every time you|whenever you)\b",
+        r"^(?:please |kindly |can you (?:please )?|could you (?:please )?|will you )?(?:always|never)\b",
+        r"\b(?:please|kindly),? (?:always|never)\b",
+        r"^(?:please )?(?:don't|do not|dont) ever\b",
+        r"^please,? (?:don't|do not|dont|stop|avoid)\b",
+        r"^(?:stop|quit) (?:\w+ing)\b",
+        r"\b(?:don't|do not|dont) (?:ever )?(?:\w+ )?(?:\w+ing)? ?(?:unless i ask|until i ask)\b",
+        r"\bi (?:really |strongly |much |generally |definitely |also |still )?prefer\b",
+        r"\bi(?:'d| would)(?: really| much| generally)? (?:rather|prefer)\b",
+        r"\bmy (?:strong )?preference is\b",
+        r"\bi (?:want|need|would like|'d like) you to (?:always|never|stop|keep)\b",
+        r"\bmake sure (?:you )?(?:always|never)\b",
+        r"\b(?:please )?(?:remember|keep in mind|don't forget|do not forget|note|be aware)"
+        r"(?: that)? (?:i|i'm|i've|my|we)\b",
+        r"\b(?:for the record|just so you know|fyi)\b[,:]? (?:i|my)\b",
+        r"\bi (?:really )?(?:hate|can't stand|cannot stand|dislike|don't like|do not like) (?:it )?when you\b",
+        r"\bmy name is\b|\b(?:please )?call me\b|\bi go by\b|\bmy pronouns are\b",
+        r"\bi(?:'m| am) allergic to\b|\bi have an? [\w -]{1,30} allergy\b",
+    )
+]
+_STANDING = re.compile(
+    r"\b(?:from now on|going forward|moving forward|in (?:the )?future|every time|all (?:my |future )|"
+    r"whenever|for future reference|henceforth|in general|generally|in every|all the time)\b",
+    re.IGNORECASE,
+)
+_SCOPED = re.compile(
+    r"\b(?:this|that|the|these|those) (?:one|ones|time|email|message|doc|document|draft|table|file|"
+    r"function|answer|reply|response|question|list|script|post|essay|letter|paragraph|section|query|"
+    r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
+    r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
+    r"|\bfor this\b|\bhere\b|\bin this\b|\bthe (?:first|second|third|last|other|former|latter|"
+    r"previous|next|new|old) (?:one|option|version)\b|\bover the (?:other|first|second)\b",
+    re.IGNORECASE,
+)
 
 
 def explicit_preference(sentence: str) -> str | None:
-    if not _EXPLICIT.search(sentence):
+    """The memory text of an explicit, standing preference or fact in `sentence`, else None."""
+    s = strip_lead_in(sentence)
+    if not s or not any(p.search(s) for p in _EXPLICIT):
         return None
-    clean = re.sub(r"^(?:(?:please|also|and|remember|note|ok|okay)[:,]?\s+)+", "", sentence, flags=re.I)
-    clean = clean.rstrip(" .!") + "."
-    return clean[0].upper() + clean[1:]
+    if re.search(r"\b(?:not|n't) (?:always|ever)\b", s, re.I):
+        return None  # "I don't always ..." is not a rule
+    if s.rstrip().endswith("?") and not re.match(
+        r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b", s, re.I
+    ):
+        return None  # a question is not a preference
+    if re.search(r"\b(?:if|whether|maybe|perhaps|might|wonder)\b.*\b(?:prefer|rather)\b", s, re.I):
+        return None  # "I wonder if I'd prefer ..." is musing, not a preference
+    if _SCOPED.search(s) and not _STANDING.search(s):
+        return None  # about the task at hand: "I prefer the second option", "for this email ..."
+    return as_memory(s)
 
 
-def weak_statements(sentence: str) -> list[str]:
-    found = []
-    for pattern, template in _WEAK:
-        for m in pattern.finditer(sentence):
-            what = m.group("what").strip().lower()
-            if what in _TRANSIENT or what.split()[0] in {"going", "trying", "looking", "wondering", "not", "just", "so", "very"}:
+# Weak signals: (pattern, relation). The object is normalised so that varied phrasings of the
+# same signal become the same hypothesis statement.
+_OBJ = r"(?P<obj>[A-Za-z0-9][\w'+#./-]*(?: [\w'+#./-]+){0,5})"
+_WEAK = [
+    (re.compile(r"\bI (?:really |also |just |absolutely |totally |do |genuinely )?(?:like|love|enjoy|adore)"
+                r"(?! it when| when| that| this| it| your| the (?:first|second|last|other|idea))"
+                r" (?:to )?" + _OBJ, re.I), "likes"),
+    (re.compile(r"\bI(?:'m| am) (?:really |very |quite |a bit |kind of |pretty )?(?:into|keen on|fond of|"
+                r"passionate about|obsessed with|a (?:big |huge |massive )?fan of) " + _OBJ, re.I), "likes"),
+    (re.compile(r"\bmy (?:absolute )?favou?rite (?:\w+ )?(?:\w+ )?(?:is|are|has to be) " + _OBJ, re.I), "likes"),
+    (re.compile(r"\bI (?:mostly |usually |mainly |normally |typically |always |generally |also |still )?"
+                r"(?:use|code in|program in|write in|develop in|work in|work with|build with)"
+                r" " + _OBJ, re.I), "uses"),
+    (re.compile(r"\bI(?:'ve| have) been (?:using|coding in|writing|working (?:in|with)|programming in) "
+                + _OBJ, re.I), "uses"),
+    (re.compile(r"\b(?:we|our team|my team|our company) (?:mostly |mainly |all )?(?:use|uses|work with|"
+                r"build with|are on|is on) " + _OBJ, re.I), "uses"),
+    (re.compile(r"\bI(?:'m| am) (?:a |an )(?!bit\b|little\b|lot\b|fan\b|big\b|huge\b)" + _OBJ, re.I), "is a"),
+    (re.compile(r"\bI work as (?:a |an )" + _OBJ, re.I), "is a"),
+    (re.compile(r"\bI(?:'m| am) (?:a )?(?P<obj>vegetarian|vegan|pescatarian|left-handed|colou?r-?blind|"
+                r"diabetic|lactose intolerant|gluten intolerant|celiac|coeliac|deaf|dyslexic|retired|"
+                r"self-employed|freelance|a freelancer|remote|married|a parent|a student)\b", re.I), "is"),
+    (re.compile(r"\bI (?:live|am living|'m living) in " + _OBJ, re.I), "lives in"),
+    (re.compile(r"\bI(?:'m| am) (?:based|located) in " + _OBJ, re.I), "lives in"),
+    (re.compile(r"\bI (?:work|am working|'m working) (?:at|for) " + _OBJ, re.I), "works at"),
+    (re.compile(r"\bI(?:'m| am)(?: currently| still)? learning " + _OBJ, re.I), "is learning"),
+    (re.compile(r"\bI(?:'ve| have) been learning " + _OBJ, re.I), "is learning"),
+    (re.compile(r"\bI (?:usually|often|normally|typically|tend to|always|mostly|generally) "
+                r"(?P<obj>(?:drink|eat|run|cycle|bike|walk|read|cook|train|work out|work|code|write|"
+                r"swim|travel|commute|wake up|go)\b(?: [\w'-]+){0,4})", re.I), "usually"),
+    (re.compile(r"\bI (?:drink|eat) (?P<obj>[\w'-]+(?: [\w'-]+){0,3})", re.I), "drinks or eats"),
+]
+_CUT = re.compile(
+    r"(?:,|;|:|\(|\bbecause\b|\bsince\b|\bwhen\b|\bwhile\b|\bwhich\b|\bwho\b|\bbut\b|\band\b|\bso\b|\bfor\b|"
+    r"\bwith\b|\bfrom\b|\bat\b|\bin\b|\bon\b|\bto\b|\bas\b|\bnow\b|\bthese days\b|\blately\b|\brecently\b|"
+    r"\bnowadays\b|\ba lot\b|\bevery\b|\bmostly\b|\btoo\b|\bas well\b|\bthough\b|\banyway\b|\bagain\b|"
+    r"\bdaily\b|\bmyself\b|\bany ?more\b|\binstead\b|\bif\b|\bthat\b|\ba few\b|\bago\b|\bthis\b|"
+    r"\blast\b|\bright\b|\bfull[ -]time\b|\bby the way\b|\bbtw\b)",
+    re.IGNORECASE,
+)
+_CUT_KEEP_PREP = {"lives in", "works at", "is a", "usually", "drinks or eats"}  # "in"/"at" may follow
+_BAD_OBJECT = re.compile(
+    r"^(?:it|that|this|those|these|them|him|her|you|your|yours|what|how|when|where|why|which|who|"
+    r"the idea|the way|some|something|anything|everything|nothing|lot|bit|little|way|thing|one|ones|"
+    r"here|there|sure|going|trying|looking|wondering|not|just|so|very|about|afraid|sorry|glad|happy)\b",
+    re.IGNORECASE,
+)
+_RELATION_TEXT = {
+    "likes": "User likes {obj}",
+    "uses": "User uses {obj}",
+    "is a": "User is a {obj}",
+    "is": "User is {obj}",
+    "lives in": "User lives in {obj}",
+    "works at": "User works at {obj}",
+    "is learning": "User is learning {obj}",
+    "usually": "User usually {obj}",
+    "drinks or eats": "User {verb} {obj}",
+}
+SINGLE_VALUED = {"lives in", "works at"}
+
+
+@dataclass(frozen=True)
+class Signal:
+    relation: str
+    obj: str
+    statement: str
+
+
+def _trim_object(obj: str, relation: str) -> str:
+    obj = obj.strip()
+    if relation in ("usually",):
+        m = re.search(r"[,;:(]|\b(?:because|since|but|and|so|though|which|when)\b", obj, re.I)
+        obj = obj[: m.start()] if m else obj
+    elif relation in _CUT_KEEP_PREP and relation != "drinks or eats":
+        first, _, rest = obj.partition(" ")
+        m = _CUT.search(rest)
+        obj = (first + " " + (rest[: m.start()] if m else rest)).strip()
+    else:
+        m = _CUT.search(obj)
+        obj = obj[: m.start()] if m else obj
+    obj = re.sub(r"^(?:the|a|an|my|some|to|using)\s+", "", obj.strip(), flags=re.I)
+    return obj.strip(" .,'\"-")
+
+
+def weak_signals(sentence: str) -> list[Signal]:
+    s = strip_lead_in(sentence)
+    if s.rstrip().endswith("?"):
+        return []  # a question is not a signal about the user
+    if re.search(r"\b(?:if I were|if I was|I wish|I used to|I would|I'd|pretend|imagine|"
+                 r"my (?:friend|wife|husband|partner|boss|mom|mum|dad|brother|sister|son|daughter|kid|"
+                 r"colleague|coworker|manager|client)s?)\b", s, re.I):
+        # hypotheticals, past habits and other people's facts are not signals about the user
+        s = re.split(r"\b(?:if I were|if I was|I wish|I used to|I would|I'd|pretend|imagine|my "
+                     r"(?:friend|wife|husband|partner|boss|mom|mum|dad|brother|sister|son|daughter|kid|"
+                     r"colleague|coworker|manager|client)s?)\b", s, maxsplit=1, flags=re.I)[0]
+    found: list[Signal] = []
+    seen: set[str] = set()
+    for pattern, relation in _WEAK:
+        for m in pattern.finditer(s):
+            if re.search(r"\b(?:not|n't|never)\s*$", s[: m.start()] + " ", re.I) and relation != "is":
                 continue
-            groups = m.groupdict()
-            verb = _VERB_3RD.get((groups.get("verb") or "").lower(), "")
-            article = (groups.get("article") or "").lower()
-            found.append(template.format(what=what, verb=verb, article=article))
+            obj = _trim_object(m.group("obj"), relation)
+            if not obj or _BAD_OBJECT.match(obj) or len(obj) < 2 or len(obj.split()) > 5:
+                continue
+            if relation == "is a" and re.match(r"^(?:bit|little|lot|fan|big|huge|new|quick|question)\b", obj, re.I):
+                continue
+            verb = ""
+            if relation == "drinks or eats":
+                verb = third_person(m.group(0).split()[1].lower())
+            if relation == "usually":  # "I usually drink coffee" -> "User usually drinks coffee"
+                first, _, more = obj.partition(" ")
+                obj = (third_person(first.lower()) + " " + more).strip()
+            statement = _RELATION_TEXT[relation].format(obj=obj, verb=verb)
+            key = hypothesis_id(statement)
+            if key not in seen:
+                seen.add(key)
+                found.append(Signal(relation, obj, statement))
+    # "I use vim" and "I've been using vim" are one signal; a relation found twice keeps the first.
     return found
+
+
+def relation_of(text: str) -> tuple[str, str] | None:
+    """Parse a memory text written by this policy back into (relation, object)."""
+    for relation, template in _RELATION_TEXT.items():
+        prefix = template.split("{")[0]
+        if relation == "drinks or eats":
+            m = re.match(r"^User (?:drinks|eats) (.+?)\.?$", text)
+            if m:
+                return relation, m.group(1)
+            continue
+        if text.startswith(prefix):
+            return relation, text[len(prefix):].rstrip(".")
+    return None
+
+
+# Changes, corrections and requests to forget.
+_FORGET = re.compile(
+    r"^(?:please\s+|you can\s+|can you\s+|could you\s+|go ahead and\s+)?(?:forget|disregard|ignore|erase|"
+    r"delete|remove|drop|scrap|never ?mind)\b(?:\s+(?:about|that|what i (?:said|told you|mentioned)(?: about)?|"
+    r"the (?:bit|part|thing|stuff) about|everything about|my|i said|i told you|i mentioned))*\s*(?P<what>.*)$",
+    re.IGNORECASE,
+)
+_CHANGES = [
+    re.compile(r"\b(?:switched|moved|migrated|changed|converted|transitioned|went|gone|swapped)\s+"
+               r"(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)", re.I),
+    re.compile(r"\bI (?:now |mostly )?(?:use|prefer|drink|eat|like|want|go with|do|read|watch|play)\s+"
+               r"(?P<new>[^,.;!?]+?)\s+(?:now\s+)?instead(?:\s+of\s+(?P<old>[^,.;!?]+))?", re.I),
+    re.compile(r"\bI used to (?P<old>[^,.;!?]+?),?\s+but\s+(?:now\s+)?(?:I\s+)?(?P<new>[^,.;!?]+)", re.I),
+    re.compile(r"\bnot (?P<old>[^,.;!?]+?) any ?more\b[,;:]?\s*(?P<new>[^.;!?]*)", re.I),
+    re.compile(r"\b(?:replaced|swapped)\s+(?P<old>[^,.;!?]+?)\s+(?:with|for)\s+(?P<new>[^,.;!?]+)", re.I),
+]
+_NEGATIONS = [
+    re.compile(r"\bI no longer\s+(?P<old>[^,.;!?]+)", re.I),
+    re.compile(r"\bI (?:don't|do not|dont)\s+(?P<old>[^,.;!?]+?)\s+any ?more\b", re.I),
+    re.compile(r"\bI(?:'ve| have)?\s+(?:stopped|quit|given up(?: on)?|gave up(?: on)?)\s+(?P<old>[^,.;!?]+)", re.I),
+    re.compile(r"\bI(?:'m| am) (?:not|no longer) (?P<old>(?:a |an )?[^,.;!?]+?)\s+any ?more\b", re.I),
+]
+_CORRECTION = re.compile(
+    r"^(?:actually|correction|scratch that|i changed my mind|change of plans?|update|wait|sorry|"
+    r"on second thought|to be clear|to clarify)\b[\s,:!-]*",
+    re.IGNORECASE,
+)
+_NOW = re.compile(r"\b(?:now|these days|nowadays|at the moment|currently|recently|lately|anymore)\b", re.I)
+
+
+@dataclass(frozen=True)
+class ChangeSignal:
+    old: str | None
+    new: str | None
+    clause: str
+
+
+def change_signal(sentence: str) -> ChangeSignal | None:
+    s = strip_lead_in(sentence)
+    if s.rstrip().endswith("?"):
+        return None
+    for pattern in _CHANGES:
+        m = pattern.search(s)
+        if m:
+            old = m.groupdict().get("old")
+            return ChangeSignal(_value(old) if old else None, _value(m.group("new")) or None, s)
+    for pattern in _NEGATIONS:
+        m = pattern.search(s)
+        if m:
+            return ChangeSignal(m.group("old").strip(), None, s)
+    return None
+
+
+def _value(clause: str) -> str:
+    """The value a change clause names: "live in Rome" -> "Rome", "tea a while ago" -> "tea"."""
+    found = weak_signals("I " + clause.strip())
+    return found[0].obj if found else _trim_object(clause, "value")
+
+
+def forget_request(sentence: str) -> str | None:
+    """What the user asked to forget ("" for "forget that" about the previous message), else None."""
+    s = strip_lead_in(sentence)
+    if re.search(r"\b(?:don't|do not|never|not)\s+forget\b", s, re.I):
+        return None
+    m = _FORGET.match(s)
+    if not m:
+        return None
+    what = m.group("what").strip(" .!")
+    if re.match(r"^(?:it|that|this|all that|what i just said|i said that|the last (?:one|thing|message))$",
+                what, re.I):
+        what = ""
+    return what
+
+
+# ---- the policy --------------------------------------------------------------------------
+
+
+@dataclass
+class _Outcome:
+    result: str
+    stored: bool  # the information is now in a memory (created, updated, or already there)
 
 
 class RulesPolicy:
     name = "rules"
 
+    def __init__(
+        self, promote_after: int = PROMOTE_AFTER_CONVERSATIONS, fade_after: timedelta = FADE_AFTER
+    ) -> None:
+        self.promote_after = promote_after
+        self.fade_after = fade_after
+
     async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
         results: list[str] = []
+        last_touched: dict[str, tuple[str, str]] = {}  # conversation -> ("memory"|"hypothesis", id)
         for msg in new_messages:
             if msg.role != "user":
                 continue
             for sentence in sentences(msg.text):
-                pref = explicit_preference(sentence)
-                if pref:
-                    results.append(self._remember(tools, pref, [msg.message_id]))
-                    continue
-                for statement in weak_statements(sentence):
-                    results.append(tools.note_hypothesis(statement, [msg.message_id]))
+                results += self._sentence(tools, msg, sentence, last_touched)
         results += self._promote(tools)
+        results += self._fade(tools, new_messages)
         tools.working.summary = (tools.working.summary + "\n" + self._summary_line(new_messages, tools)).strip()
         return results
 
-    def _remember(self, tools: MemoryTools, text: str, evidence: list[str]) -> str:
-        close = tools.similar(text, limit=1, min_score=DUPLICATE_SCORE)
-        if close:
-            existing = close[0][0]
+    # ---- one sentence ------------------------------------------------------------------
+    def _sentence(
+        self, tools: MemoryTools, msg: Message, sentence: str, last: dict[str, tuple[str, str]]
+    ) -> list[str]:
+        evidence = [msg.message_id]
+        forget = forget_request(sentence)
+        if forget is not None:
+            target = self._target(tools, forget, None) if forget else last.get(msg.conversation_id)
+            if target is None:
+                return []
+            kind, tid = target
+            if kind == "memory":
+                return [tools.delete_memory(tid, f"the user asked to forget it ({msg.message_id})", evidence)]
+            return [tools.drop_hypothesis(tid, f"the user asked to forget it ({msg.message_id})")]
+
+        change = change_signal(sentence)
+        if change is not None:
+            done = self._change(tools, msg, change, last)
+            if done:
+                return done
+        correction = _CORRECTION.match(strip_lead_in(sentence))
+        rest = strip_lead_in(sentence)[correction.end():] if correction else sentence
+
+        pref = explicit_preference(rest)
+        if pref:
+            outcome = self._remember(tools, pref, evidence, changing=bool(correction) or _is_standing_change(rest))
+            self._touch(tools, last, msg.conversation_id, pref)
+            return [outcome.result]
+
+        results = []
+        for signal in weak_signals(rest):
+            if correction or _NOW.search(rest):
+                contradicted = self._single_valued_conflict(tools, signal.statement)
+                if contradicted is not None:
+                    results.append(tools.update_memory(
+                        contradicted.memory_id, signal.statement + ".", evidence, f"changed ({msg.message_id})"))
+                    last[msg.conversation_id] = ("memory", contradicted.memory_id)
+                    continue
+            if self._duplicate(tools, signal.statement) is not None:
+                results.append(f"Already remembered: {signal.statement}.")
+                continue
+            results.append(tools.note_hypothesis(signal.statement, evidence))
+            last[msg.conversation_id] = ("hypothesis", hypothesis_id(signal.statement))
+        return results
+
+    def _touch(self, tools: MemoryTools, last: dict[str, tuple[str, str]], conversation: str, text: str) -> None:
+        found = self._duplicate(tools, text)
+        if found is not None:
+            last[conversation] = ("memory", found.memory_id)
+
+    # ---- changes -----------------------------------------------------------------------
+    def _change(
+        self, tools: MemoryTools, msg: Message, change: ChangeSignal, last: dict[str, tuple[str, str]]
+    ) -> list[str]:
+        evidence = [msg.message_id]
+        target = self._target(tools, change.old or "", change.new, require_old=bool(change.old))
+        if target is None and change.old is None and change.new is not None:
+            target = last.get(msg.conversation_id)  # "actually, make that tea": the last thing said
+            if target is not None and not self._replaceable(tools, target, change.new):
+                target = None
+        if target is None:
+            return []
+        kind, tid = target
+        if kind == "memory":
+            memory = tools.memories[tid]
+            text = self._changed_text(memory.text, change)
+            result = tools.update_memory(tid, text, evidence, f"the user changed this ({msg.message_id})")
+            last[msg.conversation_id] = ("memory", tid)
+            return [result]
+        hypothesis = tools.working.find(tid)
+        assert hypothesis is not None
+        results = [tools.drop_hypothesis(tid, f"contradicted by {msg.message_id}")]
+        if change.new:
+            statement = self._changed_text(hypothesis.statement, change).rstrip(".")
+            results.append(tools.note_hypothesis(statement, evidence))
+            last[msg.conversation_id] = ("hypothesis", hypothesis_id(statement))
+        return results
+
+    def _replaceable(self, tools: MemoryTools, target: tuple[str, str], new: str) -> bool:
+        text = self._target_text(tools, target)
+        return bool(text) and bool(categories(text) & categories(new))
+
+    @staticmethod
+    def _target_text(tools: MemoryTools, target: tuple[str, str]) -> str:
+        kind, tid = target
+        if kind == "memory":
+            m = tools.memories.get(tid)
+            return m.text if m else ""
+        h = tools.working.find(tid)
+        return h.statement if h else ""
+
+    @staticmethod
+    def _changed_text(old_text: str, change: ChangeSignal) -> str:
+        text = old_text.rstrip(".")
+        if change.new:
+            new = change.new
+            if change.old and re.search(rf"\b{re.escape(change.old)}\b", text, re.I):
+                return re.sub(rf"\b{re.escape(change.old)}\b", new, text, flags=re.I) + "."
+            for cat in categories(new):
+                olds = [w for w in category_words(text, cat) if w not in words(new)]
+                if olds:
+                    for w in olds:
+                        text = re.sub(rf"\b{re.escape(w)}\b", new, text, count=1, flags=re.I)
+                    return re.sub(rf"\b({re.escape(new)})(?:\W+\1\b)+", r"\1", text, flags=re.I) + "."
+            return as_memory(_without_old(change.clause, change.old))
+        return as_memory(change.clause)  # "I no longer drink coffee" -> "User no longer drinks coffee."
+
+    def _target(
+        self, tools: MemoryTools, phrase: str, new: str | None, require_old: bool = False
+    ) -> tuple[str, str] | None:
+        """The agent memory or hypothesis `phrase` (and the new value's topic) points at."""
+        want = content_words(phrase)
+        cats = categories(phrase) | (categories(new) if new else set())
+        best: tuple[float, tuple[str, str]] | None = None
+        candidates: list[tuple[tuple[str, str], str]] = [
+            (("memory", m.memory_id), m.text) for m in tools.memories.values() if m.author == "agent"
+        ] + [(("hypothesis", h.id), h.statement) for h in tools.working.hypotheses]
+        for ref, text in candidates:
+            have = content_words(text)
+            overlap = len(want & have)
+            if require_old and overlap == 0:
+                continue
+            same_topic = bool(cats & categories(text))
+            if new and not overlap:
+                # without the old value named, the new one must be an alternative in the same topic
+                if not same_topic or not [w for c in cats for w in category_words(text, c)
+                                          if w not in words(new)]:
+                    continue
+            score = overlap + (0.5 if same_topic else 0.0) + (0.1 if ref[0] == "memory" else 0.0)
+            if score >= 1 or (same_topic and new):
+                if best is None or score > best[0]:
+                    best = (score, ref)
+        return best[1] if best else None
+
+    # ---- remembering -------------------------------------------------------------------
+    def _duplicate(self, tools: MemoryTools, text: str) -> Memory | None:
+        want = content_words(text)
+        for m, score in tools.similar(text, limit=5):
+            have = content_words(m.text)
+            same_words = bool(want) and want == have
+            if (score >= DUPLICATE_SCORE or same_words) and polarity(m.text) == polarity(text):
+                return m
+        return None
+
+    def _single_valued_conflict(self, tools: MemoryTools, text: str) -> Memory | None:
+        parsed = relation_of(text)
+        if parsed is None or parsed[0] not in SINGLE_VALUED:
+            return None
+        for m in tools.memories.values():
+            other = relation_of(m.text)
+            if m.author == "agent" and other and other[0] == parsed[0] and other[1].lower() != parsed[1].lower():
+                return m
+        return None
+
+    def _conflict(self, tools: MemoryTools, text: str, changing: bool) -> Memory | None:
+        """An agent memory that `text` replaces rather than adds to."""
+        single = self._single_valued_conflict(tools, text)
+        if single is not None:
+            return single
+        want = content_words(text)
+        cats = categories(text)
+        for m in tools.memories.values():
+            if m.author != "agent":
+                continue
+            have = content_words(m.text)
+            if want and want == have and polarity(m.text) != polarity(text):
+                return m  # "always use tabs" after "never use tabs"
+            if changing and cats & categories(m.text):
+                rest_want = {w for w in want if w not in _CATEGORY_OF}
+                rest_have = {w for w in have if w not in _CATEGORY_OF}
+                if rest_want & rest_have:
+                    return m  # "from now on answer in Spanish" after "always answer in French"
+        return None
+
+    def _remember(self, tools: MemoryTools, text: str, evidence: list[str], changing: bool = False) -> _Outcome:
+        existing = self._duplicate(tools, text)
+        if existing is not None:
             if existing.author == "user" or set(evidence) <= set(existing.evidence):
-                return f"Already remembered as {existing.memory_id}."
-            return tools.update_memory(existing.memory_id, existing.text, evidence, "restated by the user")
+                return _Outcome(f"Already remembered as {existing.memory_id}.", True)
+            result = tools.update_memory(existing.memory_id, existing.text, evidence, "restated by the user")
+            return _Outcome(result, not result.startswith("Refused"))
+        conflict = self._conflict(tools, text, changing)
+        if conflict is not None:
+            result = tools.update_memory(conflict.memory_id, text, evidence, "the user changed this preference")
+            return _Outcome(result, not result.startswith("Refused"))
         result = tools.create_memory(text, evidence)
-        if result.startswith("Refused") and tools.agent_memory_count() >= tools.budget:
-            # The rules policy never merges or deletes on its own guesswork: the preference is
-            # kept as a hypothesis (nothing is lost) and the budget refusal is counted.
-            for mid in evidence:
-                tools.note_hypothesis(text, [mid])
-        return result
+        if not result.startswith("Refused"):
+            return _Outcome(result, True)
+        if tools.agent_memory_count() < tools.budget:
+            return _Outcome(result, False)  # refused for another reason (evidence, length)
+        return self._budget_full(tools, text, evidence, result)
+
+    def _budget_full(self, tools: MemoryTools, text: str, evidence: list[str], refusal: str) -> _Outcome:
+        """At the cap: fold into a related memory, else consolidate the closest pair, else hold."""
+        agent = [m for m in tools.memories.values() if m.author == "agent"]
+        related = sorted(
+            ((self._relatedness(text, m.text), m) for m in agent), key=lambda p: -p[0]
+        )
+        if related and related[0][0] >= 1.0:
+            m = related[0][1]
+            merged = _join(m.text, text)
+            if len(merged) <= MAX_MEMORY_CHARS:
+                result = tools.update_memory(m.memory_id, merged, evidence, "budget full: folded into a related memory")
+                if not result.startswith("Refused"):
+                    return _Outcome(f"{refusal}\n-> {result}", True)
+        pairs = sorted(
+            ((self._relatedness(a.text, b.text), a, b) for i, a in enumerate(agent) for b in agent[i + 1:]),
+            key=lambda p: -p[0],
+        )
+        for score, a, b in pairs:
+            merged = _join(a.text, b.text)
+            if score < 1.0 or len(merged) > MAX_MEMORY_CHARS:
+                continue
+            consolidated = tools.consolidate_memories(
+                [a.memory_id, b.memory_id], merged, evidence, "budget full: these two overlap"
+            )
+            if consolidated.startswith("Refused"):
+                continue
+            result = tools.create_memory(text, evidence)
+            return _Outcome(f"{refusal}\n-> {consolidated}\n-> {result}", not result.startswith("Refused"))
+        # Nothing overlaps: never evict. Hold it as a hypothesis so nothing is lost.
+        for mid in evidence:
+            tools.note_hypothesis(text.rstrip("."), [mid])
+        return _Outcome(refusal, False)
+
+    @staticmethod
+    def _relatedness(a: str, b: str) -> float:
+        shared_topic = 1.0 if categories(a) & categories(b) else 0.0
+        overlap = len(content_words(a) & content_words(b))
+        return shared_topic + overlap + cosine(hashing_embed(a), hashing_embed(b))
 
     def _promote(self, tools: MemoryTools) -> list[str]:
         results = []
         for h in list(tools.working.hypotheses):
-            if len(h.conversations) < PROMOTE_AFTER_CONVERSATIONS:
+            if len(h.conversations) < self.promote_after:
                 continue
             evidence = [m for m in h.message_ids if m in tools.shown]
+            if not evidence:
+                continue
             outcome = self._remember(tools, h.statement.rstrip(".") + ".", evidence)
-            if not outcome.startswith("Refused"):
+            if outcome.stored and tools.working.find(h.id) is not None:
                 tools.drop_hypothesis(h.id, f"promoted after {len(h.conversations)} conversations")
-            results.append(outcome)
+            results.append(outcome.result)
         return results
+
+    def _fade(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
+        if not new_messages:
+            return []
+        now = max(m.accepted_at for m in new_messages)
+        return [
+            tools.drop_hypothesis(h.id, f"faded: not seen again within {self.fade_after.days} days")
+            for h in tools.working.stale(now, self.fade_after)
+        ]
 
     @staticmethod
     def _summary_line(new_messages: list[Message], tools: MemoryTools) -> str:
@@ -120,3 +781,19 @@ class RulesPolicy:
             counts[c.action] = counts.get(c.action, 0) + 1
         done = ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "no memory change"
         return f"{len(new_messages)} message(s) in {', '.join(conversations)}: {done}."
+
+
+def _is_standing_change(text: str) -> bool:
+    return bool(re.search(r"\b(?:from now on|going forward|moving forward|instead|any ?more|no longer|"
+                          r"now)\b", text, re.I))
+
+
+def _without_old(clause: str, old: str | None) -> str:
+    text = re.sub(r"\s+instead(?:\s+of\s+[^,.;!?]+)?", "", clause, flags=re.I)
+    if old:
+        text = re.sub(rf"\s+from\s+{re.escape(old)}", "", text, flags=re.I)
+    return _CORRECTION.sub("", strip_lead_in(text))
+
+
+def _join(a: str, b: str) -> str:
+    return a.rstrip(" .") + ". " + b.strip()

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from memwright.agent.working import WorkingMemory
+from memwright.agent.working import HYPOTHESES_MAX, HYPOTHESES_MAX_CHARS, WorkingMemory, hypothesis_id
 from memwright.embed import cosine, hashing_embed
 
 MAX_MEMORY_CHARS = 500
@@ -166,20 +166,26 @@ class MemoryTools:
         )
         return f"Consolidated {', '.join(ids)} into memory {merged.memory_id}."
 
-    def delete_memory(self, memory_id: str, reason: str) -> str:
+    def delete_memory(self, memory_id: str, reason: str, evidence: list[str] | None = None) -> str:
+        """Delete one agent-written memory. `evidence` is optional: when the user asked for it
+        ("forget that ..."), cite that message so the audit trail says why."""
         problem = self._check_exists(memory_id) or self._check_agent_owned(memory_id, "delete")
+        if not problem and evidence:
+            problem = self._check_evidence(evidence)
         if problem:
             return self._refuse("delete_memory", problem)
         if not reason.strip():
             return self._refuse("delete_memory", "Say why the memory is deleted (reason).")
         m = self.memories.pop(memory_id)
         self.changes.append(
-            Change("delete", memory_id, m.snapshot(), None, [], reason)
+            Change("delete", memory_id, m.snapshot(), None, sorted(set(evidence or [])), reason)
         )
         return f"Deleted memory {memory_id}."
 
     def note_hypothesis(self, statement: str, evidence: list[str]) -> str:
         problem = self._check_text(statement) or self._check_evidence(evidence)
+        if not problem and self.working.find(hypothesis_id(statement)) is None:
+            problem = self._check_hypothesis_room()
         if problem:
             return self._refuse("note_hypothesis", problem)
         h = None
@@ -210,6 +216,16 @@ class MemoryTools:
     def _check_agent_owned(self, memory_id: str, verb: str) -> str | None:
         if self.memories[memory_id].author == "user":
             return f"Memory {memory_id} was written by the user; you can read it but not {verb} it."
+        return None
+
+    def _check_hypothesis_room(self) -> str | None:
+        """Compaction never drops a hypothesis (invariant 8), so their number is bounded here."""
+        held = len(self.working.hypotheses)
+        if held >= HYPOTHESES_MAX or self.working.hypotheses_chars() >= HYPOTHESES_MAX_CHARS:
+            return (
+                f"Working memory already holds {held} hypotheses, its limit. Promote the ones that "
+                "repeated (create_memory), or drop_hypothesis stale or contradicted ones, then note this."
+            )
         return None
 
     @staticmethod

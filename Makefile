@@ -1,0 +1,69 @@
+# memwright: the project's vocabulary. `make help` lists the targets.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STACK := deploy/local/stack.sh
+STAMP := $(VENV)/.installed
+PYTEST_ARGS ?=
+
+.PHONY: help install demo test test-unit lint eval bench helm stack-start stack-stop clean
+
+help: ## show this help
+	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+$(STAMP): pyproject.toml requirements.lock
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==0.13.8
+	$(VENV)/bin/uv pip sync --quiet --python $(PY) requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
+	@touch $@
+
+install: $(STAMP) ## create .venv with the pinned dependencies (requirements.lock)
+
+stack-start: ## start local Kafka (KRaft) and PostgreSQL under .local/
+	$(STACK) start
+
+stack-stop: ## stop the local stack
+	$(STACK) stop
+
+demo: install ## run the whole pipeline on the local stack with the demo stream, then stop everything
+	@$(STACK) start
+	@set -a; eval "$$($(STACK) env)"; set +a; \
+	  $(VENV)/bin/memwright demo; rc=$$?; \
+	  $(STACK) stop; exit $$rc
+
+test: install ## run unit, integration and end-to-end tests on the local stack (started once, then stopped)
+	@$(STACK) start
+	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
+	  $(STACK) stop; \
+	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
+	  exit $$rc
+
+test-unit: install ## run the unit tests only (no services, seconds)
+	$(PY) -m pytest -m unit
+
+lint: install ## ruff (lint and format check) and mypy
+	$(VENV)/bin/ruff check libs services tests
+	$(VENV)/bin/ruff format --check libs services tests
+	$(VENV)/bin/mypy libs services
+
+eval: install ## measure memory quality on the labelled eval set
+	@$(STACK) start
+	@set -a; eval "$$($(STACK) env)"; set +a; \
+	  $(VENV)/bin/memwright eval; rc=$$?; \
+	  $(STACK) stop; exit $$rc
+
+bench: install ## benchmarks (issue 8)
+	@echo "make bench: not yet implemented (issue 8)"; exit 2
+
+helm: ## lint and render the Helm chart
+	deploy/tools/install-helm.sh
+	.local/tools/helm lint helm/memwright
+	.local/tools/helm template memwright helm/memwright > /dev/null
+
+clean: ## stop the stack and remove .local/ (data, logs, caches) and .venv/
+	-$(STACK) stop
+	rm -rf .local $(VENV) .pytest_cache .ruff_cache .mypy_cache .hypothesis
