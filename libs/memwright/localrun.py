@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -15,20 +16,34 @@ import aiohttp
 SERVICES = ("ingest", "sweeper", "curator", "indexer", "api")
 
 
+def free_ports(count: int) -> list[int]:
+    """Ports the kernel just handed out as free on 127.0.0.1 (so parallel runs never collide)."""
+    sockets = [socket.socket() for _ in range(count)]
+    try:
+        for s in sockets:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for s in sockets:
+            s.close()
+
+
 class ServiceProcesses:
     """Start, probe and stop memwright services, each with its own ports and log file."""
 
-    def __init__(self, env: dict[str, str], log_dir: Path, base_port: int = 18000) -> None:
+    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
         self.log_dir = log_dir
-        self.base_port = base_port
+        ports = free_ports(2 * len(SERVICES))
+        self._http = dict(zip(SERVICES, ports[: len(SERVICES)], strict=True))
+        self._ops = dict(zip(SERVICES, ports[len(SERVICES):], strict=True))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.env = {**os.environ, **env}
 
     def ops_port(self, name: str) -> int:
-        return self.base_port + 10 + SERVICES.index(name)
+        return self._ops[name]
 
     def http_port(self, name: str) -> int:
-        return self.base_port + SERVICES.index(name)
+        return self._http[name]
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.http_port(name)}"

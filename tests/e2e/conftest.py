@@ -57,7 +57,7 @@ def pipeline(stack: dict[str, str], kafka: KafkaSettings, session_tmp: Path) -> 
         "MEMWRIGHT_QDRANT_PATH": str(session_tmp / "qdrant"),
         "MEMWRIGHT_LOG_LEVEL": "info",
     }
-    procs = ServiceProcesses(env, session_tmp / "logs", base_port=18100)
+    procs = ServiceProcesses(env, session_tmp / "logs")
     procs.start()
     asyncio.run(procs.wait_ready(timeout=90))
     token = mint(AuthSettings(jwt_secret=JWT_SECRET), "service:tests", ["signals:write", "memories:read", "admin"])

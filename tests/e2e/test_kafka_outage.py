@@ -27,7 +27,7 @@ async def test_ingest_answers_503_when_kafka_is_unreachable_from_the_start(
     pipeline: Pipeline, http: aiohttp.ClientSession
 ) -> None:
     procs = ServiceProcesses({**pipeline.env, "MEMWRIGHT_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
-                             pipeline.procs.log_dir / "no-kafka", base_port=18300)
+                             pipeline.procs.log_dir / "no-kafka")
     procs.start("ingest")
     try:
         await eventually(lambda: _ops_up(http, procs), what="ingest's ops port")
