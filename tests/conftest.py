@@ -60,28 +60,37 @@ def stack() -> dict[str, str]:
     return _stack_env()
 
 
-def fresh_database(stack: dict[str, str], name: str) -> str:
-    """Drop and recreate database `name` on the local stack, migrate it, return its DSN."""
-    admin_dsn = stack["MEMWRIGHT_PG_DSN"]
-    dsn = admin_dsn.rsplit("/", 1)[0] + "/" + name
+SESSION = uuid.uuid4().hex[:8]  # names this session's databases and topics: parallel runs never collide
 
-    async def reset() -> None:
-        conn = await asyncpg.connect(admin_dsn)
-        try:
-            await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-            await conn.execute(f'CREATE DATABASE "{name}"')
-        finally:
-            await conn.close()
-        await migrate(dsn)
 
-    asyncio.run(reset())
+async def _admin(stack: dict[str, str], statement: str) -> None:
+    conn = await asyncpg.connect(stack["MEMWRIGHT_PG_DSN"])
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+def fresh_database(stack: dict[str, str], purpose: str) -> str:
+    """Create and migrate database memwright_<purpose>_<session>; return its DSN."""
+    name = f"memwright_{purpose}_{SESSION}"
+    asyncio.run(_admin(stack, f'CREATE DATABASE "{name}"'))
+    dsn = stack["MEMWRIGHT_PG_DSN"].rsplit("/", 1)[0] + "/" + name
+    asyncio.run(migrate(dsn))
     return dsn
 
 
+def drop_database(stack: dict[str, str], dsn: str) -> None:
+    name = dsn.rsplit("/", 1)[1]
+    asyncio.run(_admin(stack, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
 @pytest.fixture(scope="session")
-def pg_dsn(stack: dict[str, str]) -> str:
-    """A freshly migrated database for integration tests."""
-    return fresh_database(stack, "memwright_it")
+def pg_dsn(stack: dict[str, str]) -> Iterator[str]:
+    """A freshly migrated database for integration tests, dropped at the end of the session."""
+    dsn = fresh_database(stack, "it")
+    yield dsn
+    drop_database(stack, dsn)
 
 
 @pytest.fixture(scope="session")
@@ -101,7 +110,7 @@ async def db(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture(scope="session")
 def kafka(stack: dict[str, str]) -> KafkaSettings:
     """Kafka settings with topics of this session only (no leftovers from other runs)."""
-    prefix = f"t{uuid.uuid4().hex[:8]}"
+    prefix = f"t{SESSION}"
     settings = replace(
         KafkaSettings(kafka_bootstrap=stack["MEMWRIGHT_KAFKA_BOOTSTRAP"]),
         topic_signals=f"{prefix}.memory.signals",

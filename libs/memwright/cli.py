@@ -12,7 +12,7 @@ from memwright.settings import SettingsError
 SERVICES = ("ingest", "sweeper", "curator", "indexer", "api")
 
 
-def _not_yet(what: str, issue: int) -> int:
+def _not_yet(what: str, issue: int) -> int:  # for commands whose issue has not landed
     print(f"memwright {what}: not yet implemented (see issue {issue})", file=sys.stderr)
     return 2
 
@@ -64,27 +64,41 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("topics", help="create the Kafka topics (MEMWRIGHT_KAFKA_BOOTSTRAP)")
     demo = sub.add_parser("demo", help="run the whole pipeline on the local stack with a demo stream")
     demo.add_argument("--window", type=float, default=3.0, help="sweep window in seconds (default 3)")
-    sub.add_parser("eval", help="measure memory quality on the labelled eval set")
+    sub.add_parser("eval", help="measure memory quality on the labelled eval set (--help for options)",
+                   add_help=False)
     token = sub.add_parser("token", help="mint a bearer token for local use (MEMWRIGHT_JWT_SECRET)")
     token.add_argument("subject", help="a user id, or service:<name> for a service token")
     token.add_argument("--scope", nargs="+", default=["memories:read"], help="scopes to grant")
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
     index = sub.add_parser("index", help="vector index tools")
     index_sub = index.add_subparsers(dest="index_command", required=True)
-    index_sub.add_parser("rebuild", help="rebuild the Qdrant collection from PostgreSQL")
-    index_sub.add_parser("check", help="compare PostgreSQL and Qdrant; exit 1 on drift")
+    index_sub.add_parser("rebuild", help="rebuild the Qdrant collection from PostgreSQL", add_help=False)
+    index_sub.add_parser("check", help="compare PostgreSQL and Qdrant; exit 1 on drift", add_help=False)
     return p
 
 
+def _eval(rest: list[str]) -> int:
+    try:
+        from memwright.eval import main as eval_main
+    except ImportError:
+        return _not_yet("eval", 3)
+    return eval_main(rest)
+
+
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
+    # eval and index take their own options, parsed by their modules
+    args, rest = parser().parse_known_args(argv)
+    if rest and args.command not in ("eval", "index"):
+        parser().error(f"unrecognized arguments: {' '.join(rest)}")
     try:
         if args.command in SERVICES:
             code = _service(args.command)
         elif args.command == "eval":
-            code = _not_yet("eval", 3)
+            code = _eval(rest)
         elif args.command == "index":
-            code = _not_yet(f"index {args.index_command}", 5)
+            from memwright.index.admin import main as index_main
+
+            code = index_main(args.index_command, rest)
         else:
             code = {"migrate": _migrate, "topics": _topics, "token": _token, "demo": _demo}[args.command](args)
     except SettingsError as exc:

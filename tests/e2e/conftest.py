@@ -15,7 +15,7 @@ from memwright.auth import mint
 from memwright.localrun import ServiceProcesses
 from memwright.settings import AuthSettings, KafkaSettings
 from memwright.store.db import create_pool
-from tests.conftest import JWT_SECRET, fresh_database
+from tests.conftest import JWT_SECRET, drop_database, fresh_database
 
 WINDOW_SECONDS = 1.0
 
@@ -41,7 +41,7 @@ class Pipeline:
 
 @pytest.fixture(scope="session")
 def pipeline(stack: dict[str, str], kafka: KafkaSettings, session_tmp: Path) -> Iterator[Pipeline]:
-    dsn = fresh_database(stack, "memwright_e2e")
+    dsn = fresh_database(stack, "e2e")
     env = {
         "MEMWRIGHT_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
         "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
@@ -63,6 +63,7 @@ def pipeline(stack: dict[str, str], kafka: KafkaSettings, session_tmp: Path) -> 
     token = mint(AuthSettings(jwt_secret=JWT_SECRET), "service:tests", ["signals:write", "memories:read", "admin"])
     yield Pipeline(procs, env, kafka, token)
     codes = procs.stop()
+    drop_database(stack, dsn)
     # every service shuts down cleanly on SIGTERM
     assert all(code == 0 for code in codes.values()), f"unclean shutdown: {codes} (logs in {procs.log_dir})"
 

@@ -37,6 +37,24 @@ def load_stream() -> list[dict[str, Any]]:
     return [json.loads(line) for line in text.splitlines() if line.strip()]
 
 
+def load_expected() -> dict[str, list[list[str]]]:
+    text = resources.files("memwright.demo").joinpath("expected.json").read_text()
+    return {k: v for k, v in json.loads(text).items() if not k.startswith("_")}
+
+
+async def check_expected(pool: asyncpg.Pool, expected: dict[str, list[list[str]]]) -> list[str]:
+    """Compare the memories formed with expected.json; return what is missing or extra."""
+    problems = []
+    for user, wanted in expected.items():
+        texts = [r["text"].lower() for r in await pool.fetch("SELECT text FROM memories WHERE user_id = $1", user)]
+        for words in wanted:
+            if not any(any(w in t for w in words) for t in texts):
+                problems.append(f"{user}: no memory mentions {' or '.join(words)}")
+        if len(texts) > len(wanted):
+            problems.append(f"{user}: {len(texts)} memories, expected {len(wanted)}")
+    return problems
+
+
 def _say(line: str) -> None:
     print(line, flush=True)
 
@@ -157,7 +175,10 @@ async def run_demo(window_seconds: float = 3.0, timeout: float = 180.0) -> int:
         _say("\n== what the agents remember, and why ==")
         total = await _print_memories(pool, users)
         _say(f"\n{total} memories from {posted} messages; every one cites the messages that caused it.")
-        return 0 if total else 1
+        problems = await check_expected(pool, load_expected())
+        for problem in problems:
+            _say(f"UNEXPECTED: {problem}")
+        return 1 if problems or not total else 0
     finally:
         await pool.close()
         codes = procs.stop()
