@@ -14,7 +14,6 @@ from pathlib import Path
 
 import asyncpg
 import pytest
-
 from memwright.settings import KafkaSettings
 from memwright.store.db import create_pool
 from memwright.store.migrate import migrate
@@ -23,8 +22,15 @@ from memwright.topics import ensure_topics
 ROOT = Path(__file__).resolve().parents[1]
 STACK = ROOT / "deploy" / "local" / "stack.sh"
 TABLES = (
-    "messages", "backlog", "agents", "agent_state", "memories", "memory_evidence",
-    "memory_audit", "index_outbox", "curation_runs",
+    "messages",
+    "backlog",
+    "agents",
+    "agent_state",
+    "memories",
+    "memory_evidence",
+    "memory_audit",
+    "index_outbox",
+    "curation_runs",
 )
 JWT_SECRET = "test-secret-" + "x" * 32
 

@@ -64,8 +64,7 @@ def parser() -> argparse.ArgumentParser:
     sub.add_parser("topics", help="create the Kafka topics (MEMWRIGHT_KAFKA_BOOTSTRAP)")
     demo = sub.add_parser("demo", help="run the whole pipeline on the local stack with a demo stream")
     demo.add_argument("--window", type=float, default=3.0, help="sweep window in seconds (default 3)")
-    sub.add_parser("eval", help="measure memory quality on the labelled eval set (--help for options)",
-                   add_help=False)
+    sub.add_parser("eval", help="measure memory quality on the labelled eval set (--help for options)", add_help=False)
     token = sub.add_parser("token", help="mint a bearer token for local use (MEMWRIGHT_JWT_SECRET)")
     token.add_argument("subject", help="a user id, or service:<name> for a service token")
     token.add_argument("--scope", nargs="+", default=["memories:read"], help="scopes to grant")

@@ -6,6 +6,7 @@ uses an OpenAI-compatible /v1/embeddings endpoint (see index/embedders in issue 
 from __future__ import annotations
 
 import hashlib
+import itertools
 import math
 import re
 
@@ -15,7 +16,7 @@ _WORD = re.compile(r"[a-z0-9]+")
 
 def _tokens(text: str) -> list[str]:
     words = _WORD.findall(text.lower())
-    return words + [f"{a}_{b}" for a, b in zip(words, words[1:], strict=False)]
+    return words + [f"{a}_{b}" for a, b in itertools.pairwise(words)]
 
 
 def hashing_embed(text: str, dim: int = HASHING_DIM) -> list[float]:

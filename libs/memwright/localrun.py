@@ -35,7 +35,7 @@ class ServiceProcesses:
         self.log_dir = log_dir
         ports = free_ports(2 * len(SERVICES))
         self._http = dict(zip(SERVICES, ports[: len(SERVICES)], strict=True))
-        self._ops = dict(zip(SERVICES, ports[len(SERVICES):], strict=True))
+        self._ops = dict(zip(SERVICES, ports[len(SERVICES) :], strict=True))
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.env = {**os.environ, **env}
 
@@ -60,7 +60,7 @@ class ServiceProcesses:
                 "MEMWRIGHT_HTTP_PORT": str(self.http_port(name)),
                 **(extra_env or {}),
             }
-            log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the child
+            log = open(self.log_dir / f"{name}.log", "ab")
             self.procs[name] = subprocess.Popen(
                 [sys.executable, "-m", "memwright", name], env=env, stdout=log, stderr=subprocess.STDOUT
             )

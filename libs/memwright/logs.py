@@ -31,7 +31,9 @@ def configure(service: str, level: str = "info", json: bool = True) -> structlog
         cache_logger_on_first_use=False,
     )
     # Libraries (aiokafka, faust, asyncpg) log through stdlib logging: keep them quiet and on stderr.
-    logging.basicConfig(stream=sys.stderr, level=max(numeric, logging.WARNING), format="%(name)s %(levelname)s %(message)s")
+    logging.basicConfig(
+        stream=sys.stderr, level=max(numeric, logging.WARNING), format="%(name)s %(levelname)s %(message)s"
+    )
     structlog.contextvars.clear_contextvars()
     structlog.contextvars.bind_contextvars(service=service)
     return structlog.get_logger()

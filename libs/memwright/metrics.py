@@ -20,21 +20,33 @@ INGEST_PRODUCE_ERRORS = Counter("memwright_ingest_kafka_produce_errors_total", "
 
 # sweeper
 SWEEPER_WINDOWS = Counter("memwright_sweeper_windows_closed_total", "Per-user windows closed and written")
-SWEEPER_SIGNALS = Counter("memwright_sweeper_signals_swept_total", "Signals written to the evidence store (new rows only)")
+SWEEPER_SIGNALS = Counter(
+    "memwright_sweeper_signals_swept_total", "Signals written to the evidence store (new rows only)"
+)
 SWEEPER_DUPLICATES = Counter("memwright_sweeper_signals_duplicate_total", "Signals already in the evidence store")
-SWEEPER_DLQ = Counter("memwright_sweeper_dlq_records_total", "Records sent to the dead-letter topic, by reason", ["reason"])
+SWEEPER_DLQ = Counter(
+    "memwright_sweeper_dlq_records_total", "Records sent to the dead-letter topic, by reason", ["reason"]
+)
 SWEEPER_OPEN_WINDOWS = Gauge("memwright_sweeper_open_windows", "Per-user windows currently open")
-SWEEPER_FLUSH_SECONDS = Histogram("memwright_sweeper_flush_duration_seconds", "Window write transaction duration", buckets=FAST_BUCKETS)
+SWEEPER_FLUSH_SECONDS = Histogram(
+    "memwright_sweeper_flush_duration_seconds", "Window write transaction duration", buckets=FAST_BUCKETS
+)
 
 # curator
 CURATOR_BACKLOG_USERS = Gauge("memwright_curator_backlog_users", "Users with signals waiting for their memory agent")
 CURATOR_OLDEST_WAIT = Gauge("memwright_curator_oldest_waiting_seconds", "Age of the oldest waiting signal")
 CURATOR_CLAIMS = Counter("memwright_curator_claims_total", "Users claimed for a run")
 CURATOR_RUNS = Counter("memwright_curator_runs_total", "Agent runs by outcome", ["outcome"])
-CURATOR_RUN_SECONDS = Histogram("memwright_curator_run_duration_seconds", "Agent run duration by outcome", ["outcome"], buckets=SLOW_BUCKETS)
+CURATOR_RUN_SECONDS = Histogram(
+    "memwright_curator_run_duration_seconds", "Agent run duration by outcome", ["outcome"], buckets=SLOW_BUCKETS
+)
 CURATOR_FENCED = Counter("memwright_curator_fenced_commits_total", "Commits refused because the lease was taken over")
-CURATOR_BUDGET_REFUSALS = Counter("memwright_curator_budget_refusals_total", "create_memory refused because the budget is full")
-CURATOR_TOOL_CALLS = Counter("memwright_curator_tool_calls_total", "Memory tool calls by tool and result", ["tool", "result"])
+CURATOR_BUDGET_REFUSALS = Counter(
+    "memwright_curator_budget_refusals_total", "create_memory refused because the budget is full"
+)
+CURATOR_TOOL_CALLS = Counter(
+    "memwright_curator_tool_calls_total", "Memory tool calls by tool and result", ["tool", "result"]
+)
 CURATOR_LLM_CALLS = Counter("memwright_curator_llm_calls_total", "LLM chat completions by outcome", ["outcome"])
 CURATOR_LLM_TOKENS = Counter("memwright_curator_llm_tokens_total", "LLM tokens by kind", ["kind"])
 
@@ -46,5 +58,9 @@ INDEXER_EVENTS = Counter("memwright_indexer_events_applied_total", "Changelog ev
 INDEXER_LAG = Gauge("memwright_indexer_consumer_lag", "Changelog records not yet consumed")
 
 # api
-API_REQUESTS = Counter("memwright_api_requests_total", "HTTP requests to the api by route and status code", ["route", "code"])
-API_LATENCY = Histogram("memwright_api_request_duration_seconds", "Api request latency by route", ["route"], buckets=FAST_BUCKETS)
+API_REQUESTS = Counter(
+    "memwright_api_requests_total", "HTTP requests to the api by route and status code", ["route", "code"]
+)
+API_LATENCY = Histogram(
+    "memwright_api_request_duration_seconds", "Api request latency by route", ["route"], buckets=FAST_BUCKETS
+)

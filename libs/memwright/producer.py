@@ -47,7 +47,9 @@ class SignalProducer:
         await self.start()
         return self
 
-    async def __aexit__(self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
+    ) -> None:
         await self.stop()
 
     async def send(self, signal: Signal | dict[str, Any]) -> None:
@@ -56,11 +58,7 @@ class SignalProducer:
     async def send_many(self, signals: Iterable[Signal | dict[str, Any]]) -> int:
         """Validate all, then produce all and wait until Kafka acknowledged every one."""
         now = datetime.now(UTC)
-        parsed = [
-            (s if isinstance(s, Signal) else parse_signal(s, i)).accepted(now) for i, s in enumerate(signals)
-        ]
-        futures = [
-            await self._producer.send(self.topic, key=s.user_id.encode(), value=s.to_bytes()) for s in parsed
-        ]
+        parsed = [(s if isinstance(s, Signal) else parse_signal(s, i)).accepted(now) for i, s in enumerate(signals)]
+        futures = [await self._producer.send(self.topic, key=s.user_id.encode(), value=s.to_bytes()) for s in parsed]
         await asyncio.gather(*futures)
         return len(parsed)

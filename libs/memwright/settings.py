@@ -62,9 +62,7 @@ class BaseSettings:
             if var in env and env[var] != "":
                 values[f.name] = _convert(f.name, env[var], hints[f.name])
             elif f.metadata.get("required"):
-                raise SettingsError(
-                    f"{var} is not set; export it (see README, 'Configuration') or run `make demo`"
-                )
+                raise SettingsError(f"{var} is not set; export it (see README, 'Configuration') or run `make demo`")
         settings = cls(**values)
         settings.validate()
         return settings
@@ -96,8 +94,7 @@ class AuthSettings(BaseSettings):
         super().validate()
         if len(self.jwt_secret) < 32:
             raise SettingsError(
-                f"{PREFIX}JWT_SECRET must be at least 32 characters; "
-                "generate one with `openssl rand -hex 32`"
+                f"{PREFIX}JWT_SECRET must be at least 32 characters; generate one with `openssl rand -hex 32`"
             )
 
 

@@ -13,7 +13,6 @@ import time
 
 import structlog
 from aiohttp import web
-
 from memwright import logs, metrics
 from memwright.auth import AuthError, authorize
 from memwright.events import InvalidSignal, Signal, parse_signal

@@ -18,7 +18,6 @@ from typing import Any
 import asyncpg
 import faust
 import structlog
-
 from memwright import logs, metrics
 from memwright.events import InvalidSignal, decode_signal
 from memwright.ops import Readiness, ops_app, start_site
@@ -109,10 +108,11 @@ def build_app(settings: SweeperSettings) -> faust.App:
     dlq = app.topic(settings.topic_dlq, key_type=bytes, value_type=bytes)
     readiness = Readiness()
     readiness.add("postgres", lambda: _pg_ok(sweeper))
-    readiness.add("kafka", lambda: bool(app.consumer.assignment()) or app.consumer is not None)
+    started = asyncio.Event()  # set once the worker is running and consuming
+    readiness.add("kafka", started.is_set)
 
     @app.agent(signals)
-    async def sweep(stream: faust.Stream) -> None:
+    async def sweep(stream: Any) -> None:  # a faust.Stream; its stubs lack noack()
         async for event in stream.noack().events():
             msg = event.message
             try:
@@ -140,6 +140,7 @@ def build_app(settings: SweeperSettings) -> faust.App:
     @app.task
     async def serve_ops() -> None:
         await start_site(ops_app(readiness), settings.ops_host, settings.ops_port)
+        started.set()
         log.info("sweeper_started", window_seconds=settings.window_seconds)
 
     app.sweeper = sweeper  # type: ignore[attr-defined]

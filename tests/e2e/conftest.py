@@ -10,11 +10,11 @@ from pathlib import Path
 import aiohttp
 import asyncpg
 import pytest
-
 from memwright.auth import mint
 from memwright.localrun import ServiceProcesses
 from memwright.settings import AuthSettings, KafkaSettings
 from memwright.store.db import create_pool
+
 from tests.conftest import JWT_SECRET, drop_database, fresh_database
 
 WINDOW_SECONDS = 1.0

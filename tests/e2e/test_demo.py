@@ -13,7 +13,11 @@ def test_the_demo_forms_the_expected_memories_with_receipts(stack: dict[str, str
     env = {**os.environ, **stack, "MEMWRIGHT_LOCAL_DIR": str(tmp_path)}
     done = subprocess.run(
         [sys.executable, "-m", "memwright", "demo", "--window", "1"],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=240,
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "because ana-1 in ana-trip" in done.stdout

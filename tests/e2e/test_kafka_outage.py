@@ -7,8 +7,8 @@ import time
 
 import aiohttp
 import pytest
-
 from memwright.localrun import ServiceProcesses
+
 from tests.conftest import STACK
 from tests.e2e.conftest import Pipeline
 from tests.e2e.helpers import eventually, new_user, signal
@@ -26,8 +26,9 @@ async def _post(http: aiohttp.ClientSession, url: str, pipeline: Pipeline, body:
 async def test_ingest_answers_503_when_kafka_is_unreachable_from_the_start(
     pipeline: Pipeline, http: aiohttp.ClientSession
 ) -> None:
-    procs = ServiceProcesses({**pipeline.env, "MEMWRIGHT_KAFKA_BOOTSTRAP": "127.0.0.1:1"},
-                             pipeline.procs.log_dir / "no-kafka")
+    procs = ServiceProcesses(
+        {**pipeline.env, "MEMWRIGHT_KAFKA_BOOTSTRAP": "127.0.0.1:1"}, pipeline.procs.log_dir / "no-kafka"
+    )
     procs.start("ingest")
     try:
         await eventually(lambda: _ops_up(http, procs), what="ingest's ops port")
@@ -61,7 +62,9 @@ async def test_kafka_stopped_then_restarted_gives_503s_then_the_pipeline_recover
         subprocess.run([str(STACK), "start", "kafka"], check=True)
 
     async def accepted() -> bool:
-        status, _ = await _post(http, pipeline.ingest, pipeline, signal(user, "Always answer in metric units", message_id="after"))
+        status, _ = await _post(
+            http, pipeline.ingest, pipeline, signal(user, "Always answer in metric units", message_id="after")
+        )
         return status == 202
 
     await eventually(accepted, timeout=60, what="ingest to accept signals again")

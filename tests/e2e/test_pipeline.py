@@ -52,9 +52,7 @@ async def test_explicit_preference_becomes_one_memory_with_its_receipt_everywher
     ]
 
     # Qdrant: same id and version (the embedded store is single-process: pause the indexer)
-    await eventually(
-        lambda: e2e_pool.fetchval("SELECT count(*) = 0 FROM index_outbox"), what="the outbox to drain"
-    )
+    await eventually(lambda: e2e_pool.fetchval("SELECT count(*) = 0 FROM index_outbox"), what="the outbox to drain")
     await eventually(lambda: _indexer_applied(http, pipeline), what="the indexer to apply the event")
     pipeline.procs.stop("indexer")
     client = AsyncQdrantClient(path=pipeline.env["MEMWRIGHT_QDRANT_PATH"])
@@ -72,7 +70,7 @@ async def test_explicit_preference_becomes_one_memory_with_its_receipt_everywher
 async def _indexer_applied(http: aiohttp.ClientSession, pipeline: Pipeline) -> bool:
     async with http.get(pipeline.procs.ops_url("indexer") + "/metrics") as r:
         text = await r.text()
-    return 'memwright_indexer_consumer_lag 0.0' in text and "memwright_indexer_events_applied_total" in text
+    return "memwright_indexer_consumer_lag 0.0" in text and "memwright_indexer_events_applied_total" in text
 
 
 async def test_ingest_rejects_bad_signals_with_a_reason(pipeline: Pipeline, http: aiohttp.ClientSession) -> None:
@@ -138,18 +136,18 @@ async def test_replaying_the_same_signals_creates_no_duplicates(
     pipeline: Pipeline, http: aiohttp.ClientSession, e2e_pool: asyncpg.Pool
 ) -> None:
     user = new_user()
-    batch = {"signals": [
-        signal(user, "From now on, reply in French.", "c1", "m1"),
-        signal(user, "What time is it in Lyon?", "c1", "m2"),
-    ]}
+    batch = {
+        "signals": [
+            signal(user, "From now on, reply in French.", "c1", "m1"),
+            signal(user, "What time is it in Lyon?", "c1", "m2"),
+        ]
+    }
     assert (await post(http, pipeline, batch))[0] == 202
     await eventually(lambda: previews(http, pipeline, user), what="the first memory")
     runs_before = await e2e_pool.fetchval("SELECT count(*) FROM curation_runs WHERE user_id = $1", user)
 
     assert (await post(http, pipeline, batch))[0] == 202  # the same message ids again
-    await eventually(
-        lambda: _swept_twice(e2e_pool, pipeline, http), what="the replay to be swept"
-    )
+    await eventually(lambda: _swept_twice(e2e_pool, pipeline, http), what="the replay to be swept")
     assert await e2e_pool.fetchval("SELECT count(*) FROM messages WHERE user_id = $1", user) == 2
     assert await e2e_pool.fetchval("SELECT count(*) FROM memories WHERE user_id = $1", user) == 1
     assert await e2e_pool.fetchval("SELECT count(*) FROM backlog WHERE user_id = $1", user) == 0

@@ -5,7 +5,6 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
-
 from memwright.events import Signal
 from memwright.store.sweeps import write_window
 

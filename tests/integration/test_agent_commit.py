@@ -7,11 +7,11 @@ import uuid
 
 import asyncpg
 import pytest
-
 from memwright.agent.rules import RulesPolicy
 from memwright.agent.run import run_agent, start_run
 from memwright.agent.tools import MemoryTools, Message
 from memwright.store import leases
+
 from tests.integration.helpers import sweep
 
 
@@ -73,8 +73,10 @@ async def test_the_database_refuses_agent_memories_beyond_the_budget(db: asyncpg
 async def test_the_database_refuses_agent_changes_to_user_written_memories(db: asyncpg.Pool) -> None:
     async with db.acquire() as conn:
         mid = await _insert(conn, "alice", "user", "I am allergic to nuts")
-        for statement in ("UPDATE memories SET text = 'changed' WHERE memory_id = $1",
-                          "DELETE FROM memories WHERE memory_id = $1"):
+        for statement in (
+            "UPDATE memories SET text = 'changed' WHERE memory_id = $1",
+            "DELETE FROM memories WHERE memory_id = $1",
+        ):
             async with conn.transaction():
                 await conn.execute("SET LOCAL memwright.actor = 'agent'")
                 with pytest.raises(asyncpg.InsufficientPrivilegeError, match="written by the user"):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import asyncpg
 import pytest
-
 from memwright.agent.rules import RulesPolicy
 from memwright.agent.run import Fenced, run_agent, start_run
 from memwright.store import leases
+
 from tests.integration.helpers import sweep
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
-
 from memwright.store.sweeps import write_window
+
 from tests.integration.helpers import sig
 
 

@@ -6,7 +6,6 @@ import time
 
 import jwt
 import pytest
-
 from memwright.auth import AuthError, mint, verify
 from memwright.settings import AuthSettings
 
@@ -28,10 +27,20 @@ def test_a_minted_token_verifies_with_its_scopes() -> None:
         ("Basic abc", "missing bearer token"),
         ("Bearer " + mint(SETTINGS, "alice", ["admin"], ttl_seconds=-10), "token expired"),
         ("Bearer " + mint(AuthSettings(jwt_secret="z" * 40), "alice", ["admin"]), "invalid token"),
-        ("Bearer " + mint(AuthSettings(jwt_secret="k" * 40, jwt_audience="other"), "alice", ["admin"]), "invalid token"),
+        (
+            "Bearer " + mint(AuthSettings(jwt_secret="k" * 40, jwt_audience="other"), "alice", ["admin"]),
+            "invalid token",
+        ),
         ("Bearer " + jwt.encode({"sub": "a", "iss": "memwright", "aud": "memwright"}, "k" * 40), "invalid token"),
-        ("Bearer " + jwt.encode({"sub": "a", "exp": time.time() + 60, "iss": "memwright", "aud": "memwright"},
-                                "k" * 40, algorithm="HS512"), "invalid token"),
+        (
+            "Bearer "
+            + jwt.encode(
+                {"sub": "a", "exp": time.time() + 60, "iss": "memwright", "aud": "memwright"},
+                "k" * 40,
+                algorithm="HS512",
+            ),
+            "invalid token",
+        ),
     ],
 )
 def test_bad_tokens_are_401_with_a_reason(header: str | None, expected: str) -> None:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from memwright.events import InvalidSignal, decode_signal, parse_signal
 
 GOOD = {"schema_version": 1, "user_id": "u1", "message_id": "m1", "conversation_id": "c1", "text": "hi"}

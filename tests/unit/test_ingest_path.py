@@ -10,10 +10,9 @@ import subprocess
 import sys
 
 from aiohttp.test_utils import TestClient, TestServer
-
 from memwright.auth import mint
-from memwright.settings import IngestSettings
 from memwright.services.ingest.app import ProducerKeeper, build_app
+from memwright.settings import IngestSettings
 
 SETTINGS = IngestSettings(kafka_bootstrap="127.0.0.1:1", jwt_secret="k" * 40)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from memwright.settings import CuratorSettings, IngestSettings, SettingsError, SweeperSettings
 
 SECRET = "s" * 40
@@ -15,13 +14,18 @@ def test_a_missing_required_variable_is_named_with_what_to_do() -> None:
 
 
 def test_values_are_typed_and_validated() -> None:
-    s = SweeperSettings.from_env({"MEMWRIGHT_PG_DSN": "postgresql://x", "MEMWRIGHT_KAFKA_BOOTSTRAP": "k:9092",
-                                  "MEMWRIGHT_WINDOW_SECONDS": "1.5"})
+    s = SweeperSettings.from_env(
+        {"MEMWRIGHT_PG_DSN": "postgresql://x", "MEMWRIGHT_KAFKA_BOOTSTRAP": "k:9092", "MEMWRIGHT_WINDOW_SECONDS": "1.5"}
+    )
     assert s.window_seconds == 1.5
     with pytest.raises(SettingsError, match="MEMWRIGHT_WINDOW_SECONDS='soon' is not valid"):
-        SweeperSettings.from_env({"MEMWRIGHT_PG_DSN": "x", "MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_WINDOW_SECONDS": "soon"})
+        SweeperSettings.from_env(
+            {"MEMWRIGHT_PG_DSN": "x", "MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_WINDOW_SECONDS": "soon"}
+        )
     with pytest.raises(SettingsError, match="between 1 and 3600"):
-        SweeperSettings.from_env({"MEMWRIGHT_PG_DSN": "x", "MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_WINDOW_SECONDS": "0.1"})
+        SweeperSettings.from_env(
+            {"MEMWRIGHT_PG_DSN": "x", "MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_WINDOW_SECONDS": "0.1"}
+        )
 
 
 def test_a_short_jwt_secret_is_refused_and_secrets_are_not_in_repr() -> None:

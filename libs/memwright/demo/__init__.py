@@ -78,8 +78,9 @@ async def _post_phase(http: aiohttp.ClientSession, url: str, token: str, lines: 
             {"schema_version": 1, **{k: line[k] for k in ("user_id", "conversation_id", "message_id", "text")}}
         )
     for signals in by_user.values():
-        async with http.post(url + "/v1/signals", json={"signals": signals},
-                             headers={"Authorization": f"Bearer {token}"}) as r:
+        async with http.post(
+            url + "/v1/signals", json={"signals": signals}, headers={"Authorization": f"Bearer {token}"}
+        ) as r:
             if r.status != 202:
                 raise RuntimeError(f"ingest answered {r.status}: {await r.text()}")
     return sum(len(s) for s in by_user.values())
@@ -98,9 +99,11 @@ async def _wait_for_sweeps(pool: asyncpg.Pool, expected_messages: int, timeout: 
         state = (row["swept"], row["waiting"], row["outbox"], row["memories"])
         elapsed = time.monotonic() - started
         if state != last:
-            _say(f"  [{elapsed:5.1f}s] swept {row['swept']}/{expected_messages} messages, "
-                 f"{row['waiting']} user(s) waiting for their agent, {row['outbox']} change(s) to index, "
-                 f"{row['memories']} memories")
+            _say(
+                f"  [{elapsed:5.1f}s] swept {row['swept']}/{expected_messages} messages, "
+                f"{row['waiting']} user(s) waiting for their agent, {row['outbox']} change(s) to index, "
+                f"{row['memories']} memories"
+            )
             last = state
         if row["swept"] >= expected_messages and row["waiting"] == 0 and row["outbox"] == 0:
             return
@@ -116,8 +119,10 @@ async def _print_memories(pool: asyncpg.Pool, users: list[str]) -> int:
             "SELECT memory_id, author, text, version FROM memories WHERE user_id = $1 ORDER BY created_at", user
         )
         hypotheses = await pool.fetchval("SELECT hypotheses FROM agent_state WHERE user_id = $1", user) or []
-        _say(f"\n{user}: {len(memories)} memor{'y' if len(memories) == 1 else 'ies'}, "
-             f"{len(hypotheses)} hypothes{'is' if len(hypotheses) == 1 else 'es'} still being watched")
+        _say(
+            f"\n{user}: {len(memories)} memor{'y' if len(memories) == 1 else 'ies'}, "
+            f"{len(hypotheses)} hypothes{'is' if len(hypotheses) == 1 else 'es'} still being watched"
+        )
         for m in memories:
             total += 1
             _say(f"  * {m['text']}  [{m['author']}, v{m['version']}]")
@@ -128,10 +133,12 @@ async def _print_memories(pool: asyncpg.Pool, users: list[str]) -> int:
                 m["memory_id"],
             )
             for r in receipts:
-                _say(f"      because {r['message_id']} in {r['conversation_id']}: \"{r['text']}\"")
+                _say(f'      because {r["message_id"]} in {r["conversation_id"]}: "{r["text"]}"')
         for h in hypotheses:
-            _say(f"  ? {h['statement']}  (seen {h['count']}x in {len(h['conversations'])} conversation(s); "
-                 "needs another conversation)")
+            _say(
+                f"  ? {h['statement']}  (seen {h['count']}x in {len(h['conversations'])} conversation(s); "
+                "needs another conversation)"
+            )
     return total
 
 
@@ -169,8 +176,10 @@ async def run_demo(window_seconds: float = 3.0, timeout: float = 180.0) -> int:
             for phase in sorted({line["phase"] for line in stream}):
                 lines = [line for line in stream if line["phase"] == phase]
                 posted += await _post_phase(http, procs.url("ingest"), token, lines)
-                _say(f"\nphase {phase}: posted {len(lines)} messages from {len({x['user_id'] for x in lines})} "
-                     f"users; sweep window {window_seconds:g}s")
+                _say(
+                    f"\nphase {phase}: posted {len(lines)} messages from {len({x['user_id'] for x in lines})} "
+                    f"users; sweep window {window_seconds:g}s"
+                )
                 await _wait_for_sweeps(pool, posted, timeout)
         _say("\n== what the agents remember, and why ==")
         total = await _print_memories(pool, users)

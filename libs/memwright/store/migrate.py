@@ -47,7 +47,9 @@ async def migrate(dsn: str) -> list[int]:
                    version integer PRIMARY KEY, name text NOT NULL, checksum text NOT NULL,
                    applied_at timestamptz NOT NULL DEFAULT now())"""
         )
-        done = {r["version"]: r["checksum"] for r in await conn.fetch("SELECT version, checksum FROM schema_migrations")}
+        done = {
+            r["version"]: r["checksum"] for r in await conn.fetch("SELECT version, checksum FROM schema_migrations")
+        }
         for m in load_migrations():
             if m.version in done:
                 if done[m.version] != m.checksum:
@@ -60,7 +62,9 @@ async def migrate(dsn: str) -> list[int]:
                 await conn.execute(m.sql)
                 await conn.execute(
                     "INSERT INTO schema_migrations (version, name, checksum) VALUES ($1, $2, $3)",
-                    m.version, m.name, m.checksum,
+                    m.version,
+                    m.name,
+                    m.checksum,
                 )
             applied_now.append(m.version)
     finally:
