@@ -1,0 +1,34 @@
+# One image for every memwright service: `memwright <service>` chooses which one runs
+# (ingest, sweeper, curator, indexer, api; also migrate, topics, index rebuild, ...).
+#   docker build -t memwright:0.1.0 .
+#   docker run --rm memwright:0.1.0 --help
+FROM python:3.11-slim
+
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+
+# The same uid/gid as the Helm chart's securityContext (runAsUser/runAsGroup 10001).
+RUN groupadd --system --gid 10001 memwright \
+ && useradd --system --uid 10001 --gid 10001 --no-create-home --home-dir /nonexistent \
+      --shell /usr/sbin/nologin memwright
+
+WORKDIR /opt/memwright
+
+# Pinned dependencies first, so this layer is reused until requirements.lock changes.
+COPY requirements.lock ./
+RUN pip install -r requirements.lock
+
+# Then the project itself, without resolving anything again.
+COPY pyproject.toml ./
+COPY libs ./libs
+COPY services ./services
+RUN pip install --no-deps . \
+ && rm -rf build ./*.egg-info
+
+USER 10001:10001
+# Public HTTP (ingest 8081, api 8082) and ops ports (/healthz, /readyz, /metrics: 9181-9185).
+EXPOSE 8081 8082 9181 9182 9183 9184 9185
+ENTRYPOINT ["memwright"]
+CMD ["--help"]
