@@ -21,15 +21,11 @@ from prometheus_client.metrics import MetricWrapperBase
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD_DIR = ROOT / "deploy" / "grafana" / "dashboards"
-EXPECTED = set(
-    "overview intake sweeps-and-fairness curation-and-llm-cost index-convergence".split()
-)
+EXPECTED = set("overview intake sweeps-and-fairness curation-and-llm-cost index-convergence".split())
 DASHBOARDS = sorted(DASHBOARD_DIR.glob("*.json"))
 
 # PromQL words that are neither metrics nor functions (functions are followed by "(").
-KEYWORDS = set(
-    "by without on ignoring group_left group_right bool and or unless offset inf nan".split()
-)
+KEYWORDS = set("by without on ignoring group_left group_right bool and or unless offset inf nan".split())
 IDENT = re.compile(r"(?<![\w.$])[a-zA-Z_:][a-zA-Z0-9_:]*")
 GROUPING = re.compile(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)")
 MATCHERS = re.compile(r"\{([^}]*)\}")
@@ -64,14 +60,9 @@ def promql_references(expr: str) -> tuple[set[str], set[str]]:
     """(metric names, label names) a PromQL expression uses."""
     text = re.sub(r'"(?:[^"\\]|\\.)*"', '""', expr)  # string literals
     used_labels = {
-        m.split("=")[0].split("!")[0].strip()
-        for block in MATCHERS.findall(text)
-        for m in block.split(",")
-        if m.strip()
+        m.split("=")[0].split("!")[0].strip() for block in MATCHERS.findall(text) for m in block.split(",") if m.strip()
     }
-    used_labels |= {
-        lab.strip() for block in GROUPING.findall(text) for lab in block.split(",") if lab.strip()
-    }
+    used_labels |= {lab.strip() for block in GROUPING.findall(text) for lab in block.split(",") if lab.strip()}
     text = MATCHERS.sub("", text)
     text = GROUPING.sub("", text)
     text = re.sub(r"\[[^\]]*\]", "", text)  # range selectors, $__rate_interval included
@@ -116,20 +107,14 @@ def test_every_expected_dashboard_exists() -> None:
 
 def test_metric_names_come_from_metrics_py() -> None:
     known = known_metrics()
-    assert (
-        "memwright_curator_runs_total" in known
-        and "outcome" in known["memwright_curator_runs_total"]
-    )
+    assert "memwright_curator_runs_total" in known and "outcome" in known["memwright_curator_runs_total"]
     assert "memwright_ingest_request_duration_seconds_bucket" in known
     assert "memwright_curator_oldest_waiting_seconds" in known
     assert "memwright_curator_runs" not in known  # the bare counter name is not a series
 
 
 def test_reference_check_rejects_unknown_metrics_and_labels() -> None:
-    assert (
-        check_expr('sum by (outcome) (rate(memwright_curator_runs_total{outcome="failed"}[5m]))')
-        == []
-    )
+    assert check_expr('sum by (outcome) (rate(memwright_curator_runs_total{outcome="failed"}[5m]))') == []
     assert check_expr("rate(memwright_curator_runz_total[5m])") == [
         "unknown metric 'memwright_curator_runz_total'",
     ]
@@ -174,3 +159,11 @@ def test_panels_have_unique_ids_and_a_place_on_the_grid(path: Path) -> None:
 def test_dashboard_uids_are_unique() -> None:
     uids = [load(p)["uid"] for p in DASHBOARDS]
     assert len(uids) == len(set(uids))
+
+
+def test_docs_list_every_metric() -> None:
+    """docs/metrics.md has a row for every metric family in metrics.py, and no others."""
+    doc = (ROOT / "docs" / "metrics.md").read_text()
+    rows = set(re.findall(r"^\| `(memwright_[a-z_]+)` \|", doc, flags=re.MULTILINE))
+    families = {name.removesuffix("_bucket") for name in known_metrics() if not name.endswith(("_sum", "_count"))}
+    assert rows == families
