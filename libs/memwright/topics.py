@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
@@ -31,25 +32,41 @@ def topic_specs(settings: KafkaSettings, sweeper_app_id: str = "memwright-sweepe
     ]
 
 
+TOPIC_ALREADY_EXISTS = 36
+
+
 async def ensure_topics(
-    settings: KafkaSettings, replication: int = 1, sweeper_app_id: str = "memwright-sweeper"
+    settings: KafkaSettings, replication: int = 1, sweeper_app_id: str = "memwright-sweeper", attempts: int = 5
 ) -> list[str]:
-    """Create missing topics; return the names created. Existing topics are left as they are."""
+    """Create missing topics and wait until the broker lists them; return the names created.
+
+    Existing topics are left as they are. aiokafka reports per-topic errors in the response
+    instead of raising, so each one is checked and retried.
+    """
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=15000)
     await admin.start()
-    created = []
+    created: list[str] = []
     try:
-        existing = set(await admin.list_topics())
-        for spec in topic_specs(settings, sweeper_app_id):
-            if spec.name in existing:
-                continue
-            try:
-                await admin.create_topics(
-                    [NewTopic(spec.name, spec.partitions, replication, topic_configs=spec.config)]
-                )
-                created.append(spec.name)
-            except TopicAlreadyExistsError:
-                pass
+        wanted = topic_specs(settings, sweeper_app_id)
+        for attempt in range(attempts):
+            existing = set(await admin.list_topics())
+            missing = [spec for spec in wanted if spec.name not in existing]
+            if not missing:
+                return created
+            errors = []
+            for spec in missing:
+                try:
+                    response = await admin.create_topics(
+                        [NewTopic(spec.name, spec.partitions, replication, topic_configs=spec.config)]
+                    )
+                except TopicAlreadyExistsError:
+                    continue
+                for name, code, message in (e[:3] for e in response.topic_errors):
+                    if code == 0:
+                        created.append(name)
+                    elif code != TOPIC_ALREADY_EXISTS:
+                        errors.append(f"{name}: error {code} {message or ''}".strip())
+            await asyncio.sleep(0.2 * (attempt + 1))  # let the metadata catch up before listing again
+        raise RuntimeError(f"could not create Kafka topics after {attempts} attempts: {'; '.join(errors)}")
     finally:
         await admin.close()
-    return created

@@ -1,0 +1,49 @@
+"""Migrations and topics: idempotent, recorded, explicit."""
+
+from __future__ import annotations
+
+import asyncpg
+import pytest
+from aiokafka.admin import AIOKafkaAdminClient
+from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
+
+from memwright.settings import KafkaSettings
+from memwright.store import migrate as migrate_module
+from memwright.store.migrate import Migration, load_migrations, migrate
+from memwright.topics import ensure_topics
+
+
+async def test_migrations_apply_once_and_are_recorded(pg_dsn: str) -> None:
+    assert await migrate(pg_dsn) == []  # the session fixture already applied them
+    conn = await asyncpg.connect(pg_dsn)
+    try:
+        recorded = await conn.fetch("SELECT version, checksum FROM schema_migrations ORDER BY version")
+    finally:
+        await conn.close()
+    assert [(r["version"], r["checksum"]) for r in recorded] == [(m.version, m.checksum) for m in load_migrations()]
+
+
+async def test_an_edited_applied_migration_is_an_error(pg_dsn: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    edited = [Migration(m.version, m.name, m.sql + "\n-- edited") for m in load_migrations()]
+    monkeypatch.setattr(migrate_module, "load_migrations", lambda: edited)
+    with pytest.raises(RuntimeError, match="changed after it was applied"):
+        await migrate(pg_dsn)
+
+
+async def test_topics_have_explicit_partitions_and_the_changelog_is_compacted(kafka: KafkaSettings) -> None:
+    app_id = f"{kafka.topic_signals.split('.')[0]}-other-app"
+    assert await ensure_topics(kafka, sweeper_app_id=app_id) == [f"{app_id}-__assignor-__leader"]
+    assert await ensure_topics(kafka, sweeper_app_id=app_id) == []
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.kafka_bootstrap)
+    await admin.start()
+    try:
+        described = {
+            t["topic"]: len(t["partitions"])
+            for t in await admin.describe_topics([kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog])
+        }
+        [config] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, kafka.topic_changelog)])
+    finally:
+        await admin.close()
+    assert described == {kafka.topic_signals: 6, kafka.topic_dlq: 3, kafka.topic_changelog: 6}
+    entries = {c[0]: c[1] for c in config.resources[0][4]}
+    assert entries["cleanup.policy"] == "compact"
