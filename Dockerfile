@@ -16,12 +16,15 @@ RUN groupadd --system --gid 10001 memwright \
 
 WORKDIR /opt/memwright
 
-# Pinned dependencies first, so this layer is reused until requirements.lock changes.
-COPY requirements.lock ./
-RUN pip install -r requirements.lock
+# Runtime dependencies first, at the versions pinned in requirements.lock (the lock also
+# pins the dev tools, which stay out of the image): the project's dependency list from
+# pyproject.toml, constrained by the lock. This layer is reused until either file changes.
+COPY requirements.lock pyproject.toml ./
+RUN pip install --constraint requirements.lock \
+      $(python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))") \
+ && pip check
 
 # Then the project itself, without resolving anything again.
-COPY pyproject.toml ./
 COPY libs ./libs
 COPY services ./services
 RUN pip install --no-deps . \
