@@ -20,8 +20,9 @@ WORKDIR /opt/memwright
 # pins the dev tools, which stay out of the image): the project's dependency list from
 # pyproject.toml, constrained by the lock. This layer is reused until either file changes.
 COPY requirements.lock pyproject.toml ./
-RUN pip install --constraint requirements.lock \
-      $(python -c "import tomllib; print(' '.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))") \
+RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
+      > requirements.runtime.txt \
+ && pip install --constraint requirements.lock -r requirements.runtime.txt \
  && pip check
 
 # Then the project itself, without resolving anything again.
