@@ -78,9 +78,7 @@ def pod_specs(objs: list[Obj]) -> list[tuple[str, Obj]]:
 
 
 def deployment(objs: list[Obj], svc: str) -> Obj:
-    (dep,) = [
-        d for d in of_kind(objs, "Deployment") if d["metadata"]["name"] == f"rel-memwright-{svc}"
-    ]
+    (dep,) = [d for d in of_kind(objs, "Deployment") if d["metadata"]["name"] == f"rel-memwright-{svc}"]
     return dep
 
 
@@ -150,7 +148,8 @@ def test_rendered_manifests_match_kubernetes_schemas(values_file: str | None) ->
 def test_one_deployment_per_service_runs_its_command(default_objs: list[Obj]) -> None:
     for svc in SERVICES:
         assert container(default_objs, svc)["args"] == [svc]
-        assert container(default_objs, svc)["image"] == "memwright:0.1.0"
+        app_version = yaml.safe_load((CHART / "Chart.yaml").read_text())["appVersion"]
+        assert container(default_objs, svc)["image"] == f"memwright:{app_version}"
 
 
 @needs_helm
@@ -257,11 +256,7 @@ def test_migrations_run_as_a_pre_install_and_pre_upgrade_hook(default_objs: list
 
 @needs_helm
 def test_dashboards_are_configmaps_labelled_for_grafana(default_objs: list[Obj]) -> None:
-    maps = [
-        c
-        for c in of_kind(default_objs, "ConfigMap")
-        if c["metadata"]["labels"].get("grafana_dashboard") == "1"
-    ]
+    maps = [c for c in of_kind(default_objs, "ConfigMap") if c["metadata"]["labels"].get("grafana_dashboard") == "1"]
     files = {p.name: json.loads(p.read_text()) for p in DASHBOARDS.glob("*.json")}
     assert len(maps) == len(files) == 5
     for cm in maps:
@@ -279,9 +274,7 @@ def test_optional_objects_follow_their_enabled_values(default_objs: list[Obj]) -
     production = render("production-values.yaml")
     assert kinds(production).count("NetworkPolicy") == 5
     assert kinds(production).count("ServiceMonitor") == 1
-    hpas = {
-        h["spec"]["scaleTargetRef"]["name"] for h in of_kind(production, "HorizontalPodAutoscaler")
-    }
+    hpas = {h["spec"]["scaleTargetRef"]["name"] for h in of_kind(production, "HorizontalPodAutoscaler")}
     assert hpas == {"rel-memwright-ingest", "rel-memwright-curator"}
     for svc in ("ingest", "curator"):  # the HPA owns the replica count
         assert "replicas" not in deployment(production, svc)["spec"]
