@@ -20,10 +20,8 @@ if [[ ! -e "$POLICY" ]]; then
   trap 'rm -f "$POLICY"' EXIT
 fi
 
-# Refresh the package lists only when they are missing (they are on a fresh machine).
-if ! apt-cache show prometheus >/dev/null 2>&1; then
-  apt-get update -qq
-fi
+# Fresh package lists: stale ones can name a .deb the mirror no longer has.
+apt-get update -qq
 # --no-install-recommends: the node exporter (recommended) would be another daemon.
 apt-get install -y -qq --no-install-recommends prometheus >&2
 
