@@ -21,7 +21,7 @@ if [[ ! -e "$POLICY" ]]; then
 fi
 
 # Fresh package lists: stale ones can name a .deb the mirror no longer has.
-apt-get update -qq
+apt-get update -qq >&2
 # --no-install-recommends: the node exporter (recommended) would be another daemon.
 apt-get install -y -qq --no-install-recommends prometheus >&2
 
