@@ -1,18 +1,27 @@
 """Bearer JWT authentication and authorization for the public HTTP endpoints.
 
-Tokens are HS256 with a shared secret (MEMWRIGHT_JWT_SECRET), issuer and audience
-checked, expiry required. Scopes: signals:write, memories:read, memories:write, admin.
+Tokens are HS256 with a shared secret (MEMWRIGHT_JWT_SECRET) or RS256 with public keys
+from a JWKS file (MEMWRIGHT_JWT_JWKS_FILE), or either when both are configured. Each
+algorithm is checked only with its own key material (an HS256 token is never checked
+against a public key), issuer and audience are checked, expiry is required.
+Scopes: signals:write, memories:read, memories:write, admin.
 A user token (sub = the user id) reaches only that user's data; a service token
 (sub = "service:<name>") reaches any user's data when it carries the scope.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import threading
 import time
 from dataclasses import dataclass
+from typing import Any
 
 import jwt
 from aiohttp import web
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import rsa
 
 from memwright.settings import AuthSettings
 
@@ -32,6 +41,9 @@ class Principal:
     def may_access(self, user_id: str) -> bool:
         return self.is_service or "admin" in self.scopes or self.subject == user_id
 
+    def has_scope(self, scope: str) -> bool:
+        return scope in self.scopes or "admin" in self.scopes
+
 
 class AuthError(Exception):
     """401 (who are you?) or 403 (you may not); `response()` renders it for aiohttp."""
@@ -46,7 +58,71 @@ class AuthError(Exception):
         return web.json_response({"error": self.reason}, status=self.status, headers=headers)
 
 
+# ---- keys ------------------------------------------------------------------------------
+
+
+class _JwksCache:
+    """The JWKS file's keys by kid, re-read when the file changes (key rotation without a restart)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._loaded: dict[str, tuple[float, dict[str, Any]]] = {}
+
+    def keys(self, path: str) -> dict[str, Any]:
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError as exc:
+            raise AuthError(401, f"cannot verify RS256 tokens: JWKS file unreadable ({exc.strerror})") from None
+        with self._lock:
+            cached = self._loaded.get(path)
+            if cached and cached[0] == mtime:
+                return cached[1]
+        try:
+            with open(path) as f:
+                keyset = jwt.PyJWKSet.from_dict(json.load(f))
+        except (OSError, ValueError, jwt.PyJWKSetError) as exc:
+            raise AuthError(401, f"cannot verify RS256 tokens: JWKS file is not a valid key set ({exc})") from None
+        keys = {k.key_id or "": k.key for k in keyset.keys if k.key_type == "RSA"}
+        with self._lock:
+            self._loaded[path] = (mtime, keys)
+        return keys
+
+
+_JWKS = _JwksCache()
+
+
+def _rs256_key(settings: AuthSettings, kid: str | None) -> Any:
+    keys = _JWKS.keys(settings.jwt_jwks_file)
+    if kid is None:
+        if len(keys) == 1:
+            return next(iter(keys.values()))
+        raise AuthError(401, "invalid token: RS256 token has no kid and the key set holds several keys")
+    if kid not in keys:
+        raise AuthError(401, f"invalid token: no key {kid!r} in the key set")
+    return keys[kid]
+
+
+def _private_key(settings: AuthSettings) -> Any:
+    with open(settings.jwt_private_key_file, "rb") as f:
+        return serialization.load_pem_private_key(f.read(), password=None)
+
+
+def new_rsa_keypair(kid: str) -> tuple[bytes, dict[str, Any]]:
+    """A fresh RSA key: its PEM (PKCS8, for MEMWRIGHT_JWT_PRIVATE_KEY_FILE) and a JWKS holding
+    its public half (for MEMWRIGHT_JWT_JWKS_FILE). For local use and tests."""
+    key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
+    pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
+    return pem, {"keys": [{**jwk, "kid": kid, "use": "sig", "alg": "RS256"}]}
+
+
+# ---- tokens ----------------------------------------------------------------------------
+
+
 def mint(settings: AuthSettings, subject: str, scopes: list[str], ttl_seconds: int = 3600) -> str:
+    """A signed token: RS256 with the private key file when configured, else HS256 with the secret."""
     unknown = [s for s in scopes if s not in SCOPES]
     if unknown:
         raise ValueError(f"unknown scope(s) {', '.join(unknown)}; choose from {', '.join(SCOPES)}")
@@ -59,17 +135,37 @@ def mint(settings: AuthSettings, subject: str, scopes: list[str], ttl_seconds: i
         "iat": now,
         "exp": now + ttl_seconds,
     }
+    if settings.jwt_private_key_file:
+        headers = {"kid": settings.jwt_kid} if settings.jwt_kid else None
+        return jwt.encode(claims, _private_key(settings), algorithm="RS256", headers=headers)
+    if not settings.jwt_secret:
+        raise ValueError("set MEMWRIGHT_JWT_SECRET (HS256) or MEMWRIGHT_JWT_PRIVATE_KEY_FILE (RS256) to mint tokens")
     return jwt.encode(claims, settings.jwt_secret, algorithm="HS256")
 
 
 def verify(settings: AuthSettings, header: str | None) -> Principal:
     if not header or not header.startswith("Bearer "):
         raise AuthError(401, "missing bearer token (Authorization: Bearer <jwt>)")
+    token = header.removeprefix("Bearer ").strip()
+    try:
+        unverified = jwt.get_unverified_header(token)
+    except jwt.InvalidTokenError as exc:
+        raise AuthError(401, f"invalid token: {exc}") from None
+    alg = unverified.get("alg")
+    # each algorithm only with its own key material: no HS256 token is ever checked against a public key
+    if alg == "HS256" and settings.jwt_secret:
+        key: Any = settings.jwt_secret
+    elif alg == "RS256" and settings.jwt_jwks_file:
+        kid = unverified.get("kid")
+        key = _rs256_key(settings, kid if isinstance(kid, str) else None)
+    else:
+        accepted = [a for a, on in (("HS256", settings.jwt_secret), ("RS256", settings.jwt_jwks_file)) if on]
+        raise AuthError(401, f"invalid token: algorithm {alg!r} is not accepted (accepted: {', '.join(accepted)})")
     try:
         claims = jwt.decode(
-            header.removeprefix("Bearer ").strip(),
-            settings.jwt_secret,
-            algorithms=["HS256"],
+            token,
+            key,
+            algorithms=[alg],
             audience=settings.jwt_audience,
             issuer=settings.jwt_issuer,
             options={"require": ["exp", "sub", "iss", "aud"]},
@@ -78,12 +174,14 @@ def verify(settings: AuthSettings, header: str | None) -> Principal:
         raise AuthError(401, "token expired") from None
     except jwt.InvalidTokenError as exc:
         raise AuthError(401, f"invalid token: {exc}") from None
-    return Principal(str(claims["sub"]), frozenset(str(claims.get("scope", "")).split()))
+    if not isinstance(claims["sub"], str) or not claims["sub"]:
+        raise AuthError(401, "invalid token: sub must be a non-empty string")
+    return Principal(claims["sub"], frozenset(str(claims.get("scope", "")).split()))
 
 
 def authorize(settings: AuthSettings, request: web.Request, scope: str, user_id: str | None = None) -> Principal:
     principal = verify(settings, request.headers.get("Authorization"))
-    if scope not in principal.scopes and "admin" not in principal.scopes:
+    if not principal.has_scope(scope):
         raise AuthError(403, f"token lacks scope {scope}")
     if user_id is not None and not principal.may_access(user_id):
         raise AuthError(403, "token may not access this user's data")

@@ -82,9 +82,17 @@ class KafkaSettings(BaseSettings):
 
 @dataclass(frozen=True)
 class AuthSettings(BaseSettings):
-    """JWT verification for the public HTTP endpoints (ingest, api)."""
+    """JWT verification for the public HTTP endpoints (ingest, api).
 
-    jwt_secret: str = _secret()
+    HS256 with a shared secret (jwt_secret), RS256 with public keys from a JWKS file
+    (jwt_jwks_file), or both; at least one. Minting (`memwright token`) signs with
+    jwt_private_key_file (RS256, key id jwt_kid) when it is set, else with the secret.
+    """
+
+    jwt_secret: str = field(default="", repr=False)
+    jwt_jwks_file: str = ""
+    jwt_private_key_file: str = ""
+    jwt_kid: str = ""
     jwt_issuer: str = "memwright"
     jwt_audience: str = "memwright"
     http_host: str = "127.0.0.1"
@@ -92,10 +100,17 @@ class AuthSettings(BaseSettings):
 
     def validate(self) -> None:
         super().validate()
-        if len(self.jwt_secret) < 32:
+        if not self.jwt_secret and not self.jwt_jwks_file:
+            raise SettingsError(
+                f"{PREFIX}JWT_SECRET is not set (nor {PREFIX}JWT_JWKS_FILE); export a secret of at least "
+                "32 characters (`openssl rand -hex 32`) or the path of a JWKS file of RS256 public keys"
+            )
+        if self.jwt_secret and len(self.jwt_secret) < 32:
             raise SettingsError(
                 f"{PREFIX}JWT_SECRET must be at least 32 characters; generate one with `openssl rand -hex 32`"
             )
+        if self.jwt_jwks_file and not os.path.isfile(self.jwt_jwks_file):
+            raise SettingsError(f"{PREFIX}JWT_JWKS_FILE={self.jwt_jwks_file!r} is not a readable file")
 
 
 @dataclass(frozen=True)
@@ -174,3 +189,19 @@ class IndexerSettings(KafkaSettings, PostgresSettings, QdrantSettings):
 class ApiSettings(PostgresSettings, AuthSettings):
     ops_port: int = 9182
     http_port: int = 8082
+    max_body_bytes: int = 16_384  # larger request bodies are refused with 413
+    max_memory_chars: int = 500  # a user-written memory's text, like the agent's (agent/tools.py)
+    user_memory_limit: int = 100  # user-written memories per user; beyond it POST answers 409
+    rate_limit_per_s: float = 20.0  # requests per second per token (token bucket, per api process)
+    rate_limit_burst: int = 40  # requests a token may send at once before the rate applies
+
+    def validate(self) -> None:
+        super().validate()
+        if not 1024 <= self.max_body_bytes <= 10_485_760:
+            raise SettingsError(f"{PREFIX}MAX_BODY_BYTES must be between 1024 and 10485760")
+        if not 1 <= self.max_memory_chars <= 2000:
+            raise SettingsError(f"{PREFIX}MAX_MEMORY_CHARS must be between 1 and 2000 (the database's limit)")
+        if self.user_memory_limit < 1:
+            raise SettingsError(f"{PREFIX}USER_MEMORY_LIMIT must be at least 1")
+        if self.rate_limit_per_s <= 0 or self.rate_limit_burst < 1:
+            raise SettingsError(f"{PREFIX}RATE_LIMIT_PER_S must be > 0 and {PREFIX}RATE_LIMIT_BURST at least 1")
