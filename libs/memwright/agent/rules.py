@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
-from memwright.agent.working import FADE_AFTER, hypothesis_id
+from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
 from memwright.embed import cosine, hashing_embed
 
 PROMOTE_AFTER_CONVERSATIONS = 2
@@ -37,13 +37,19 @@ DUPLICATE_SCORE = 0.8
 # ---- words -------------------------------------------------------------------------------
 
 _LEAD_IN = re.compile(
-    r"^(?:(?:just so you know|so you know|for the record|for future reference|fyi|oh|ok|okay|so|also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|no|nope|"
+    r"^(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|no|nope|"
     r"one more thing|one thing|another thing|thanks|thank you|great|cool|fyi|quick note|ps|p\.s\.|"
     r"oh and|and also|just|hmm|right|alright|anyway|anyways|first|firstly|second|secondly|"
     r"finally|lastly|again)\b[\s:,!.-]*)+",
     re.IGNORECASE,
 )
-_SPLIT = re.compile(r"(?<=[.!?;])\s+|\n+|\s+-{1,2}\s+")
+_SPLIT = re.compile(r"(?<=[.!?;])\s+|\n+")
+# Clauses, for weak signals: a statement and a question in one sentence are two clauses.
+_CLAUSE = re.compile(
+    r"\s*[\u2014\u2013]\s*|\s+-{1,2}\s+|,\s+(?:so|and|but)\s+|,\s+(?=(?:can|could|would|will|do|does|did|is|are|"
+    r"what|how|why|where|when|which|should|any|anything)\b)",
+    re.IGNORECASE,
+)
 _WORD = re.compile(r"[a-z0-9+#]+(?:'[a-z]+)?")
 
 STOP = frozenset(
@@ -71,13 +77,13 @@ CATEGORIES: dict[str, frozenset[str]] = {
                        "elixir php perl julia clojure c++ c# cpp lua dart zig ocaml",
         "editor": "vim neovim emacs vscode sublime intellij pycharm atom nano helix zed xcode webstorm",
         "os": "linux windows macos mac ubuntu debian fedora arch",
-        "units": "metric imperial celsius fahrenheit kilometers kilometres km miles kilograms kg pounds "
+        "units": "metric imperial si celsius fahrenheit kilometers kilometres km miles kilograms kg pounds "
                  "lbs meters metres feet inches centimeters centimetres",
         "language": "english french spanish german italian portuguese dutch japanese chinese mandarin "
                     "korean russian polish swedish norwegian danish finnish greek turkish arabic hindi",
         "style": "formal informal casual concise brief short terse detailed verbose long lengthy "
                  "emoji emojis bullet bullets markdown tables headings prose numbered jargon tone "
-                 "exclamation summary summaries tl;dr",
+                 "exclamation summary summaries tl;dr paragraph paragraphs",
         "indent": "tabs spaces",
         "theme": "dark light",
         "shell": "bash zsh fish powershell",
@@ -140,6 +146,10 @@ def sentences(text: str) -> list[str]:
     return [s.strip() for s in _SPLIT.split(text) if s.strip()]
 
 
+def clauses(sentence: str) -> list[str]:
+    return [c.strip() for c in _CLAUSE.split(sentence) if c and c.strip()]
+
+
 def strip_lead_in(sentence: str) -> str:
     return _LEAD_IN.sub("", sentence.strip()).strip()
 
@@ -152,10 +162,16 @@ _IRREGULAR = {"have": "has", "do": "does", "go": "goes", "am": "is", "don't": "d
               "could": "could", "must": "must", "might": "might", "was": "was", "'m": "is"}
 
 
+_PAST = {"meant", "said", "told", "was", "had", "did", "went", "got", "made", "thought", "knew", "left",
+         "began", "became", "wrote", "read", "took", "gave", "found", "felt", "kept", "ran", "quit"}
+
+
 def third_person(verb: str) -> str:
     low = verb.lower()
     if low in _IRREGULAR:
         return _IRREGULAR[low]
+    if low in _PAST or low.endswith("ed") or not low.isalpha():
+        return verb
     if low.endswith(("s", "sh", "ch", "x", "z", "o")):
         return verb + "es"
     if low.endswith("y") and len(low) > 2 and low[-2] not in "aeiou":
@@ -182,6 +198,8 @@ def as_memory(clause: str) -> str:
     head = re.match(r"^(i'm|i am|i've|i have|i'd|i would|i)\b\s*", s, re.I)
     rest = s[head.end():] if head else s
     rest = _they(rest)
+    if not head:
+        s = _they(s)
     if head:
         h = head.group(1).lower().replace("’", "'")
         if h in ("i'm", "i am"):
@@ -224,9 +242,12 @@ def _they(text: str) -> str:
 _EXPLICIT = [
     re.compile(p, re.IGNORECASE)
     for p in (
-        r"\b(?:from now on|going forward|moving forward|in (?:the )?future|for future reference|"
-        r"from here on(?: out)?|henceforth|every time you|whenever you)\b",
+        r"\b(?:from now on|going forward|moving forward|in (?:the )?future|for (?:the )?future|"
+        r"for future reference|from here on(?: out)?|henceforth|every time you|whenever you)\b",
         r"^(?:please |kindly |can you (?:please )?|could you (?:please )?|will you )?(?:always|never)\b",
+        r"[,;:\u2014\u2013-]\s*(?:so |and )?(?:please )?(?:always|never) \w+",
+        r"^please,? (?:use|stick to|address me|respond in|reply in|answer in|write in|talk to me in|"
+        r"speak|format|spell)\b",
         r"\b(?:please|kindly),? (?:always|never)\b",
         r"^(?:please )?(?:don't|do not|dont) ever\b",
         r"^please,? (?:don't|do not|dont|stop|avoid)\b",
@@ -242,11 +263,15 @@ _EXPLICIT = [
         r"\b(?:for the record|just so you know|fyi)\b[,:]? (?:i|my)\b",
         r"\bi (?:really )?(?:hate|can't stand|cannot stand|dislike|don't like|do not like) (?:it )?when you\b",
         r"\bmy name is\b|\b(?:please )?call me\b|\bi go by\b|\bmy pronouns are\b",
+        r"\b(?:keep|bear) (?:that|this|it) in mind\b|\bremember (?:that|this)\W*$",
+        r"^(?:can|could|would|will) you (?:please )?(?:stop|quit) \w+ing\b",
+        r",\s*(?:always|never)\W*$",
+        r"\bi(?:'d| would) (?:love|like|appreciate|prefer) it if you (?:could |would )?(?:always|never|stop)\b",
         r"\bi(?:'m| am) allergic to\b|\bi have an? [\w -]{1,30} allergy\b",
     )
 ]
 _STANDING = re.compile(
-    r"\b(?:from now on|going forward|moving forward|in (?:the )?future|every time|all (?:my |future )|"
+    r"\b(?:from now on|from here on|going forward|moving forward|in (?:the )?future|every time|all (?:my |future )|"
     r"whenever|for future reference|henceforth|in general|generally|in every|all the time)\b",
     re.IGNORECASE,
 )
@@ -255,7 +280,7 @@ _SCOPED = re.compile(
     r"function|answer|reply|response|question|list|script|post|essay|letter|paragraph|section|query|"
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
-    r"|\bfor this\b|\bhere\b|\bin this\b|\bthe (?:first|second|third|last|other|former|latter|"
+    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b|\bthe (?:first|second|third|last|other|former|latter|"
     r"previous|next|new|old) (?:one|option|version)\b|\bover the (?:other|first|second)\b",
     re.IGNORECASE,
 )
@@ -264,7 +289,7 @@ _SCOPED = re.compile(
 def explicit_preference(sentence: str) -> str | None:
     """The memory text of an explicit, standing preference or fact in `sentence`, else None."""
     s = strip_lead_in(sentence)
-    if not s or not any(p.search(s) for p in _EXPLICIT):
+    if not s or not any(p.search(s) or p.search(sentence.strip()) for p in _EXPLICIT):
         return None
     if re.search(r"\b(?:not|n't) (?:always|ever)\b", s, re.I):
         return None  # "I don't always ..." is not a rule
@@ -292,6 +317,10 @@ _WEAK = [
     (re.compile(r"\bI (?:mostly |usually |mainly |normally |typically |always |generally |also |still )?"
                 r"(?:use|code in|program in|write in|develop in|work in|work with|build with)"
                 r" " + _OBJ, re.I), "uses"),
+    (re.compile(r"\bI (?:mostly |usually |mainly |normally |typically |always |generally |also |still )?"
+                r"(?:write|code|program|develop|work)(?: in)? (?P<obj>" + "|".join(
+                    sorted((re.escape(w) for w in CATEGORIES["programming"]), key=len, reverse=True)) + r")(?!\w)",
+                re.I), "uses"),
     (re.compile(r"\bI(?:'ve| have) been (?:using|coding in|writing|working (?:in|with)|programming in) "
                 + _OBJ, re.I), "uses"),
     (re.compile(r"\b(?:we|our team|my team|our company) (?:mostly |mainly |all )?(?:use|uses|work with|"
@@ -304,11 +333,13 @@ _WEAK = [
     (re.compile(r"\bI (?:live|am living|'m living) in " + _OBJ, re.I), "lives in"),
     (re.compile(r"\bI(?:'m| am) (?:based|located) in " + _OBJ, re.I), "lives in"),
     (re.compile(r"\bI (?:work|am working|'m working) (?:at|for) " + _OBJ, re.I), "works at"),
-    (re.compile(r"\bI(?:'m| am)(?: currently| still)? learning " + _OBJ, re.I), "is learning"),
-    (re.compile(r"\bI(?:'ve| have) been learning " + _OBJ, re.I), "is learning"),
-    (re.compile(r"\bI (?:usually|often|normally|typically|tend to|always|mostly|generally) "
-                r"(?P<obj>(?:drink|eat|run|cycle|bike|walk|read|cook|train|work out|work|code|write|"
-                r"swim|travel|commute|wake up|go)\b(?: [\w'-]+){0,4})", re.I), "usually"),
+    (re.compile(r"\bI(?:'m| am)(?: currently| still)? learning (?:(?:how )?to (?:play|speak|cook|code|draw|paint|"
+                r"use|write|sing|dance|ride|drive|knit|sew) )?" + _OBJ, re.I), "is learning"),
+    (re.compile(r"\bI(?:'ve| have) been learning (?:(?:how )?to (?:play|speak|cook|code|draw|paint|use|write|sing|"
+                r"dance|ride|drive|knit|sew) )?" + _OBJ, re.I), "is learning"),
+    (re.compile(r"\bI (?:usually|often|normally|typically|tend to|mostly|generally) "
+                r"(?P<obj>(?!(?:be|am|feel|think|forget|get|say|wonder|need|have|want|know|try|do)\b)"
+                r"[a-z]+(?: [\w'-]+){0,4})", re.I), "usually"),
     (re.compile(r"\bI (?:drink|eat) (?P<obj>[\w'-]+(?: [\w'-]+){0,3})", re.I), "drinks or eats"),
 ]
 _CUT = re.compile(
@@ -316,10 +347,11 @@ _CUT = re.compile(
     r"\bwith\b|\bfrom\b|\bat\b|\bin\b|\bon\b|\bto\b|\bas\b|\bnow\b|\bthese days\b|\blately\b|\brecently\b|"
     r"\bnowadays\b|\ba lot\b|\bevery\b|\bmostly\b|\btoo\b|\bas well\b|\bthough\b|\banyway\b|\bagain\b|"
     r"\bdaily\b|\bmyself\b|\bany ?more\b|\binstead\b|\bif\b|\bthat\b|\ba few\b|\bago\b|\bthis\b|"
-    r"\blast\b|\bright\b|\bfull[ -]time\b|\bby the way\b|\bbtw\b)",
+    r"\blast\b|\bright\b|\bfull[ -]time\b|\bby the way\b|\bbtw\b|\beven\b|\balthough\b|\bunless\b|"
+    r"\buntil\b|\bespecially\b|\bhonestly\b|\bthen\b|\bor\b)",
     re.IGNORECASE,
 )
-_CUT_KEEP_PREP = {"lives in", "works at", "is a", "usually", "drinks or eats"}  # "in"/"at" may follow
+_KEEP_FIRST_WORD = {"lives in", "works at", "is a"}  # the object's first word is never cut ("New York")
 _BAD_OBJECT = re.compile(
     r"^(?:it|that|this|those|these|them|him|her|you|your|yours|what|how|when|where|why|which|who|"
     r"the idea|the way|some|something|anything|everything|nothing|lot|bit|little|way|thing|one|ones|"
@@ -347,24 +379,49 @@ class Signal:
     statement: str
 
 
+_QUANTITY = re.compile(
+    r"^(?:(?:way |far )?too much|so much|a lot of|lots of|plenty of|a ton of|tons of|loads of|a bit of|"
+    r"more|the|a|an|my|some|to|using)\s+",
+    re.IGNORECASE,
+)
+
+
 def _trim_object(obj: str, relation: str) -> str:
+    """The object of a signal, without what follows it: "Lisbon, so anything ..." -> "Lisbon"."""
     obj = obj.strip()
-    if relation in ("usually",):
-        m = re.search(r"[,;:(]|\b(?:because|since|but|and|so|though|which|when)\b", obj, re.I)
+    while _QUANTITY.match(obj):
+        obj = _QUANTITY.sub("", obj, count=1)
+    if relation == "usually":
+        m = re.search(r"[,;:(]|\b(?:because|since|but|and|so|though|which|when|even)\b", obj, re.I)
         obj = obj[: m.start()] if m else obj
-    elif relation in _CUT_KEEP_PREP and relation != "drinks or eats":
+    elif relation in _KEEP_FIRST_WORD:
         first, _, rest = obj.partition(" ")
         m = _CUT.search(rest)
         obj = (first + " " + (rest[: m.start()] if m else rest)).strip()
     else:
         m = _CUT.search(obj)
         obj = obj[: m.start()] if m else obj
-    obj = re.sub(r"^(?:the|a|an|my|some|to|using)\s+", "", obj.strip(), flags=re.I)
+    obj = _QUANTITY.sub("", obj.strip())
+    obj = re.sub(r"(?:\s+v?\d+(?:\.\d+)*)+$", "", obj)  # "Postgres 16" is Postgres
     return obj.strip(" .,'\"-")
 
 
 def weak_signals(sentence: str) -> list[Signal]:
-    s = strip_lead_in(sentence)
+    found: list[Signal] = []
+    for clause in clauses(sentence):
+        for signal in _clause_signals(clause):
+            mine = content_words(signal.obj)
+            # "I mostly code in TypeScript" is one signal, not "uses" and "usually codes in"
+            if all(not (mine & content_words(f.obj)) for f in found):
+                found.append(signal)
+    return found
+
+
+_TAG_QUESTION = re.compile(r",?\s*(?:remember|right|you know|ok|okay|correct|yeah|no)\?\s*$", re.I)
+
+
+def _clause_signals(clause: str) -> list[Signal]:
+    s = _TAG_QUESTION.sub(".", strip_lead_in(clause))  # "I'm a nurse, remember?" states a fact
     if s.rstrip().endswith("?"):
         return []  # a question is not a signal about the user
     if re.search(r"\b(?:if I were|if I was|I wish|I used to|I would|I'd|pretend|imagine|"
@@ -402,16 +459,16 @@ def weak_signals(sentence: str) -> list[Signal]:
 
 def relation_of(text: str) -> tuple[str, str] | None:
     """Parse a memory text written by this policy back into (relation, object)."""
+    m = re.match(r"^User (?:drinks|eats) (.+?)\.?$", text)
+    if m:
+        return "drinks or eats", m.group(1)
+    best: tuple[str, str] | None = None
     for relation, template in _RELATION_TEXT.items():
         prefix = template.split("{")[0]
-        if relation == "drinks or eats":
-            m = re.match(r"^User (?:drinks|eats) (.+?)\.?$", text)
-            if m:
-                return relation, m.group(1)
-            continue
-        if text.startswith(prefix):
-            return relation, text[len(prefix):].rstrip(".")
-    return None
+        if relation != "drinks or eats" and text.startswith(prefix):
+            if best is None or len(prefix) > len(_RELATION_TEXT[best[0]].split("{")[0]):
+                best = (relation, text[len(prefix):].rstrip("."))
+    return best
 
 
 # Changes, corrections and requests to forget.
@@ -422,14 +479,21 @@ _FORGET = re.compile(
     re.IGNORECASE,
 )
 _CHANGES = [
-    re.compile(r"\b(?:switched|moved|migrated|changed|converted|transitioned|went|gone|swapped)\s+"
-               r"(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)", re.I),
+    re.compile(r"\b(?P<verb>switched|moved|relocated|migrated|changed|converted|transitioned|went|gone|"
+               r"swapped)\s+(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)",
+               re.I),
     re.compile(r"\bI (?:now |mostly )?(?:use|prefer|drink|eat|like|want|go with|do|read|watch|play)\s+"
                r"(?P<new>[^,.;!?]+?)\s+(?:now\s+)?instead(?:\s+of\s+(?P<old>[^,.;!?]+))?", re.I),
     re.compile(r"\bI used to (?P<old>[^,.;!?]+?),?\s+but\s+(?:now\s+)?(?:I\s+)?(?P<new>[^,.;!?]+)", re.I),
     re.compile(r"\bnot (?P<old>[^,.;!?]+?) any ?more\b[,;:]?\s*(?P<new>[^.;!?]*)", re.I),
     re.compile(r"\b(?:replaced|swapped)\s+(?P<old>[^,.;!?]+?)\s+(?:with|for)\s+(?P<new>[^,.;!?]+)", re.I),
+    re.compile(r"^(?:please\s+)?(?:use|go with|give me|write in|answer in|reply in|stick to)\s+"
+               r"(?P<new>[^,.;!?]+?)\s+instead(?:\s+of\s+(?P<old>[^,.;!?]+))?", re.I),
+    re.compile(r"^(?:please\s+)?make (?:that|it|them)\s+(?P<new>[^,.;!?]+)", re.I),
+    re.compile(r"^(?:please\s+)?(?:switch|change|move)\s+(?:everything\s+|it\s+|that\s+|this\s+|them\s+)?"
+               r"(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)", re.I),
 ]
+_INSTEAD_OF = re.compile(r"\binstead of\s+(?P<old>[^,.;!?]+)", re.I)
 _NEGATIONS = [
     re.compile(r"\bI no longer\s+(?P<old>[^,.;!?]+)", re.I),
     re.compile(r"\bI (?:don't|do not|dont)\s+(?P<old>[^,.;!?]+?)\s+any ?more\b", re.I),
@@ -437,10 +501,12 @@ _NEGATIONS = [
     re.compile(r"\bI(?:'m| am) (?:not|no longer) (?P<old>(?:a |an )?[^,.;!?]+?)\s+any ?more\b", re.I),
 ]
 _CORRECTION = re.compile(
-    r"^(?:actually|correction|scratch that|i changed my mind|change of plans?|update|wait|sorry|"
+    r"^(?:actually|correction|scratch that|i(?:'ve| have)? changed my mind|change of plans?|update|wait|"
+    r"sorry|i meant|"
     r"on second thought|to be clear|to clarify)\b[\s,:!-]*",
     re.IGNORECASE,
 )
+_ANAPHORA = re.compile(r"\b(?:that|it|this|those|them|these)\b", re.I)
 _NOW = re.compile(r"\b(?:now|these days|nowadays|at the moment|currently|recently|lately|anymore)\b", re.I)
 
 
@@ -449,6 +515,7 @@ class ChangeSignal:
     old: str | None
     new: str | None
     clause: str
+    relation: str | None = None  # "lives in" for "I moved to Lisbon"
 
 
 def change_signal(sentence: str) -> ChangeSignal | None:
@@ -456,10 +523,15 @@ def change_signal(sentence: str) -> ChangeSignal | None:
     if s.rstrip().endswith("?"):
         return None
     for pattern in _CHANGES:
-        m = pattern.search(s)
+        m = pattern.search(s) or pattern.search(_CORRECTION.sub("", s))
         if m:
-            old = m.groupdict().get("old")
-            return ChangeSignal(_value(old) if old else None, _value(m.group("new")) or None, s)
+            instead = _INSTEAD_OF.search(s)
+            old, old_relation = _value(m.groupdict().get("old") or (instead.group("old") if instead else None))
+            new, new_relation = _value(m.group("new"))
+            relation = new_relation or old_relation
+            if (m.groupdict().get("verb") or "").lower() in ("moved", "relocated"):
+                relation = "lives in"
+            return ChangeSignal(old, new, s, relation)
     for pattern in _NEGATIONS:
         m = pattern.search(s)
         if m:
@@ -467,10 +539,14 @@ def change_signal(sentence: str) -> ChangeSignal | None:
     return None
 
 
-def _value(clause: str) -> str:
-    """The value a change clause names: "live in Rome" -> "Rome", "tea a while ago" -> "tea"."""
+def _value(clause: str | None) -> tuple[str | None, str | None]:
+    """The value a change clause names: "live in Rome" -> ("Rome", "lives in"), "tea now" -> "tea"."""
+    if not clause or not clause.strip():
+        return None, None
     found = weak_signals("I " + clause.strip())
-    return found[0].obj if found else _trim_object(clause, "value")
+    if found:
+        return found[0].obj, found[0].relation
+    return _trim_object(clause, "value") or None, None
 
 
 def forget_request(sentence: str) -> str | None:
@@ -490,11 +566,19 @@ def forget_request(sentence: str) -> str | None:
 
 # ---- the policy --------------------------------------------------------------------------
 
+# Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
+# one of them replaces the old memory even when nothing else in the wording overlaps.
+EXCLUSIVE_CATEGORIES = {"units", "indent", "theme", "spelling", "naming"}
+CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
+
+Ref = tuple[str, str]  # ("memory", memory_id) or ("hypothesis", hypothesis_id)
+
 
 @dataclass
 class _Outcome:
     result: str
     stored: bool  # the information is now in a memory (created, updated, or already there)
+    memory_id: str | None = None
 
 
 class RulesPolicy:
@@ -507,74 +591,129 @@ class RulesPolicy:
         self.fade_after = fade_after
 
     async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
-        results: list[str] = []
-        last_touched: dict[str, tuple[str, str]] = {}  # conversation -> ("memory"|"hypothesis", id)
+        results = self._fade(tools, new_messages)
+        last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         for msg in new_messages:
             if msg.role != "user":
                 continue
+            pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for sentence in sentences(msg.text):
-                results += self._sentence(tools, msg, sentence, last_touched)
+                done, pending = self._sentence(tools, msg, sentence, last, pending)
+                results += done
         results += self._promote(tools)
-        results += self._fade(tools, new_messages)
         tools.working.summary = (tools.working.summary + "\n" + self._summary_line(new_messages, tools)).strip()
         return results
 
     # ---- one sentence ------------------------------------------------------------------
     def _sentence(
-        self, tools: MemoryTools, msg: Message, sentence: str, last: dict[str, tuple[str, str]]
-    ) -> list[str]:
+        self, tools: MemoryTools, msg: Message, sentence: str, last: dict[str, Ref], pending: str | None
+    ) -> tuple[list[str], str | None]:
+        """Handle one sentence; return the tool results and the correction still pending, if any
+        ("Sorry, I meant ISO dates." is completed by "Always use that.")."""
         evidence = [msg.message_id]
+        changing = CORRECTED if pending is not None else 0
+        conversation = msg.conversation_id
         forget = forget_request(sentence)
         if forget is not None:
-            target = self._target(tools, forget, None) if forget else last.get(msg.conversation_id)
+            target = self._target(tools, forget, None) if forget else last.get(conversation)
             if target is None:
-                return []
-            kind, tid = target
-            if kind == "memory":
-                return [tools.delete_memory(tid, f"the user asked to forget it ({msg.message_id})", evidence)]
-            return [tools.drop_hypothesis(tid, f"the user asked to forget it ({msg.message_id})")]
+                return [], None
+            why = f"the user asked to forget it ({msg.message_id})"
+            if target[0] == "memory":
+                return [tools.delete_memory(target[1], why, evidence)], None
+            return [tools.drop_hypothesis(target[1], why)], None
 
         change = change_signal(sentence)
         if change is not None:
             done = self._change(tools, msg, change, last)
             if done:
-                return done
-        correction = _CORRECTION.match(strip_lead_in(sentence))
-        rest = strip_lead_in(sentence)[correction.end():] if correction else sentence
+                return done, None
 
-        pref = explicit_preference(rest)
+        body = strip_lead_in(sentence)
+        correction = _CORRECTION.match(body)
+        if correction:
+            body = body[correction.end():].strip()
+            changing = CORRECTED
+            if len(words(body)) < 2 or re.match(r"^i(?:'ve| have)? changed my mind\W*$", body, re.I):
+                return [], ""  # "Actually, I've changed my mind." -- the next sentence says how
+
+        pref = explicit_preference(body)
         if pref:
-            outcome = self._remember(tools, pref, evidence, changing=bool(correction) or _is_standing_change(rest))
-            self._touch(tools, last, msg.conversation_id, pref)
-            return [outcome.result]
+            if pending and _ANAPHORA.search(pref) and len(content_words(pref)) <= 2:
+                pref = as_memory(pending).rstrip(".") + ". " + pref  # "... ISO format. Always use that."
+            if changing:
+                corrected = self._correct_last(tools, msg, pref, last)
+                if corrected is not None:
+                    return [corrected], None
+            outcome = self._remember(tools, pref, evidence, changing=changing or _is_standing_change(body))
+            if outcome.memory_id:
+                last[conversation] = ("memory", outcome.memory_id)
+            return [outcome.result], None
 
         results = []
-        for signal in weak_signals(rest):
-            if correction or _NOW.search(rest):
+        for signal in weak_signals(body):
+            if changing or _NOW.search(body):
                 contradicted = self._single_valued_conflict(tools, signal.statement)
                 if contradicted is not None:
                     results.append(tools.update_memory(
-                        contradicted.memory_id, signal.statement + ".", evidence, f"changed ({msg.message_id})"))
-                    last[msg.conversation_id] = ("memory", contradicted.memory_id)
+                        contradicted.memory_id, signal.statement + ".", evidence,
+                        f"the user said this changed ({msg.message_id})"))
+                    last[conversation] = ("memory", contradicted.memory_id)
                     continue
-            if self._duplicate(tools, signal.statement) is not None:
-                results.append(f"Already remembered: {signal.statement}.")
+            statement = self._held_statement(tools, signal)
+            if self._duplicate(tools, statement) is not None:
+                results.append(f"Already remembered: {statement}.")
                 continue
-            results.append(tools.note_hypothesis(signal.statement, evidence))
-            last[msg.conversation_id] = ("hypothesis", hypothesis_id(signal.statement))
-        return results
+            results.append(tools.note_hypothesis(statement, evidence))
+            last[conversation] = ("hypothesis", hypothesis_id(statement))
+        if not results and correction:
+            return [], body  # a correction we could not place: the next sentence may complete it
+        return results, None
 
-    def _touch(self, tools: MemoryTools, last: dict[str, tuple[str, str]], conversation: str, text: str) -> None:
-        found = self._duplicate(tools, text)
-        if found is not None:
-            last[conversation] = ("memory", found.memory_id)
+    @staticmethod
+    def _held_statement(tools: MemoryTools, signal: Signal) -> str:
+        """The statement of a held hypothesis that `signal` repeats in other words ("sourdough"
+        and "sourdough baking"), so both observations strengthen one hypothesis."""
+        mine = content_words(signal.obj)
+        for h in tools.working.hypotheses:
+            parsed = relation_of(h.statement)
+            if parsed is None or parsed[0] != signal.relation:
+                continue
+            theirs = content_words(parsed[1])
+            if mine and theirs and (mine <= theirs or theirs <= mine):
+                return h.statement
+        return signal.statement
+
+    def _correct_last(self, tools: MemoryTools, msg: Message, text: str, last: dict[str, Ref]) -> str | None:
+        """ "Sorry, I meant ISO dates -- always use that": correct what this conversation just said."""
+        ref = last.get(msg.conversation_id)
+        if ref is None or ref[0] != "memory" or ref[1] not in tools.memories:
+            return None
+        memory = tools.memories[ref[1]]
+        if memory.author != "agent" or not content_words(memory.text) & content_words(text):
+            return None
+        return tools.update_memory(memory.memory_id, text, [msg.message_id], f"corrected by the user ({msg.message_id})")
 
     # ---- changes -----------------------------------------------------------------------
-    def _change(
-        self, tools: MemoryTools, msg: Message, change: ChangeSignal, last: dict[str, tuple[str, str]]
-    ) -> list[str]:
+    def _change(self, tools: MemoryTools, msg: Message, change: ChangeSignal, last: dict[str, Ref]) -> list[str]:
         evidence = [msg.message_id]
-        target = self._target(tools, change.old or "", change.new, require_old=bool(change.old))
+        target: Ref | None = None
+        if change.relation in SINGLE_VALUED and change.new:
+            statement = _RELATION_TEXT[change.relation].format(obj=change.new, verb="")
+            conflict = self._single_valued_conflict(tools, statement)
+            if conflict is not None:
+                result = tools.update_memory(conflict.memory_id, statement + ".", evidence,
+                                             f"the user said this changed ({msg.message_id})")
+                last[msg.conversation_id] = ("memory", conflict.memory_id)
+                return [result]
+            held = self._single_valued_hypothesis(tools, statement)
+            if held is not None:
+                target = ("hypothesis", held.id)
+                parsed = relation_of(held.statement)
+                old_value = parsed[1] if parsed else None
+                change = ChangeSignal(old_value, change.new, change.clause, change.relation)
+        if target is None:
+            target = self._target(tools, change.old or "", change.new, require_old=bool(change.old))
         if target is None and change.old is None and change.new is not None:
             target = last.get(msg.conversation_id)  # "actually, make that tea": the last thing said
             if target is not None and not self._replaceable(tools, target, change.new):
@@ -589,7 +728,8 @@ class RulesPolicy:
             last[msg.conversation_id] = ("memory", tid)
             return [result]
         hypothesis = tools.working.find(tid)
-        assert hypothesis is not None
+        if hypothesis is None:
+            return []
         results = [tools.drop_hypothesis(tid, f"contradicted by {msg.message_id}")]
         if change.new:
             statement = self._changed_text(hypothesis.statement, change).rstrip(".")
@@ -597,12 +737,12 @@ class RulesPolicy:
             last[msg.conversation_id] = ("hypothesis", hypothesis_id(statement))
         return results
 
-    def _replaceable(self, tools: MemoryTools, target: tuple[str, str], new: str) -> bool:
+    def _replaceable(self, tools: MemoryTools, target: Ref, new: str) -> bool:
         text = self._target_text(tools, target)
         return bool(text) and bool(categories(text) & categories(new))
 
     @staticmethod
-    def _target_text(tools: MemoryTools, target: tuple[str, str]) -> str:
+    def _target_text(tools: MemoryTools, target: Ref) -> str:
         kind, tid = target
         if kind == "memory":
             m = tools.memories.get(tid)
@@ -612,58 +752,71 @@ class RulesPolicy:
 
     @staticmethod
     def _changed_text(old_text: str, change: ChangeSignal) -> str:
+        """The memory after the change: the old value replaced by the new one where the wording
+        allows ("User drinks coffee every morning." -> "User drinks tea every morning."), else
+        the user's own words ("I no longer drink coffee" -> "User no longer drinks coffee.")."""
         text = old_text.rstrip(".")
-        if change.new:
-            new = change.new
-            if change.old and re.search(rf"\b{re.escape(change.old)}\b", text, re.I):
-                return re.sub(rf"\b{re.escape(change.old)}\b", new, text, flags=re.I) + "."
-            for cat in categories(new):
-                olds = [w for w in category_words(text, cat) if w not in words(new)]
-                if olds:
-                    for w in olds:
-                        text = re.sub(rf"\b{re.escape(w)}\b", new, text, count=1, flags=re.I)
-                    return re.sub(rf"\b({re.escape(new)})(?:\W+\1\b)+", r"\1", text, flags=re.I) + "."
-            return as_memory(_without_old(change.clause, change.old))
-        return as_memory(change.clause)  # "I no longer drink coffee" -> "User no longer drinks coffee."
+        if not change.new:
+            return as_memory(change.clause)
+        new = change.new
+        if change.old and re.search(rf"\b{re.escape(change.old)}\b", text, re.I):
+            return re.sub(rf"\b{re.escape(change.old)}\b", new, text, flags=re.I) + "."
+        for cat in categories(new):
+            olds = list(dict.fromkeys(w for w in category_words(text, cat) if w not in words(new)))
+            if olds:
+                # Replace the old value in the first clause that names it ("Python 3" -> "Ruby"); a
+                # later clause about the old value ("never Python 2") no longer holds and is dropped.
+                kept, replaced = [], False
+                for piece in re.split(r",\s+", text):
+                    if any(re.search(rf"\b{re.escape(w)}\b", piece, re.I) for w in olds):
+                        if replaced:
+                            continue
+                        for w in olds:
+                            piece = re.sub(rf"\b{re.escape(w)}\b(?:\s+v?\d+(?:\.\d+)*)?", new, piece, flags=re.I)
+                        replaced = True
+                    kept.append(piece)
+                text = ", ".join(kept)
+                # "tea and tea" after replacing "coffee and espresso": say it once
+                return re.sub(rf"\b({re.escape(new)})(?:\W+(?:and|or)?\W*\1\b)+", r"\1", text, flags=re.I) + "."
+        return as_memory(_without_old(change.clause, change.old))
 
-    def _target(
-        self, tools: MemoryTools, phrase: str, new: str | None, require_old: bool = False
-    ) -> tuple[str, str] | None:
-        """The agent memory or hypothesis `phrase` (and the new value's topic) points at."""
+    def _target(self, tools: MemoryTools, phrase: str, new: str | None, require_old: bool = False) -> Ref | None:
+        """The agent memory or hypothesis that `phrase` (and the new value's topic) points at."""
         want = content_words(phrase)
         cats = categories(phrase) | (categories(new) if new else set())
-        best: tuple[float, tuple[str, str]] | None = None
-        candidates: list[tuple[tuple[str, str], str]] = [
+        candidates: list[tuple[Ref, str]] = [
             (("memory", m.memory_id), m.text) for m in tools.memories.values() if m.author == "agent"
         ] + [(("hypothesis", h.id), h.statement) for h in tools.working.hypotheses]
+        best: tuple[float, Ref] | None = None
         for ref, text in candidates:
-            have = content_words(text)
-            overlap = len(want & have)
+            overlap = len(want & content_words(text))
             if require_old and overlap == 0:
                 continue
             same_topic = bool(cats & categories(text))
             if new and not overlap:
                 # without the old value named, the new one must be an alternative in the same topic
-                if not same_topic or not [w for c in cats for w in category_words(text, c)
-                                          if w not in words(new)]:
+                alternatives = [w for c in cats for w in category_words(text, c) if w not in words(new)]
+                if not same_topic or not alternatives:
                     continue
             score = overlap + (0.5 if same_topic else 0.0) + (0.1 if ref[0] == "memory" else 0.0)
-            if score >= 1 or (same_topic and new):
-                if best is None or score > best[0]:
-                    best = (score, ref)
+            if (score >= 1 or (same_topic and new)) and (best is None or score > best[0]):
+                best = (score, ref)
         return best[1] if best else None
 
     # ---- remembering -------------------------------------------------------------------
     def _duplicate(self, tools: MemoryTools, text: str) -> Memory | None:
+        """A memory that already says `text`: near-identical, or the same words with one more
+        detail ("Always cite your sources" and "Always cite your sources, with links")."""
         want = content_words(text)
         for m, score in tools.similar(text, limit=5):
             have = content_words(m.text)
-            same_words = bool(want) and want == have
+            same_words = len(want) >= 2 and len(have) >= 2 and (want <= have or have <= want)
             if (score >= DUPLICATE_SCORE or same_words) and polarity(m.text) == polarity(text):
                 return m
         return None
 
-    def _single_valued_conflict(self, tools: MemoryTools, text: str) -> Memory | None:
+    @staticmethod
+    def _single_valued_conflict(tools: MemoryTools, text: str) -> Memory | None:
         parsed = relation_of(text)
         if parsed is None or parsed[0] not in SINGLE_VALUED:
             return None
@@ -673,8 +826,21 @@ class RulesPolicy:
                 return m
         return None
 
-    def _conflict(self, tools: MemoryTools, text: str, changing: bool) -> Memory | None:
-        """An agent memory that `text` replaces rather than adds to."""
+    @staticmethod
+    def _single_valued_hypothesis(tools: MemoryTools, text: str) -> Hypothesis | None:
+        parsed = relation_of(text)
+        if parsed is None:
+            return None
+        for h in tools.working.hypotheses:
+            other = relation_of(h.statement)
+            if other and other[0] == parsed[0] and other[1].lower() != parsed[1].lower():
+                return h
+        return None
+
+    def _conflict(self, tools: MemoryTools, text: str, changing: int) -> Memory | None:
+        """An agent memory that `text` replaces rather than adds to. `changing` says how clearly
+        the user announced a change: CORRECTED ("scratch that", "actually") or CHANGED
+        ("instead", "anymore", "now")."""
         single = self._single_valued_conflict(tools, text)
         if single is not None:
             return single
@@ -684,48 +850,59 @@ class RulesPolicy:
             if m.author != "agent":
                 continue
             have = content_words(m.text)
-            if want and want == have and polarity(m.text) != polarity(text):
+            flipped = polarity(m.text) != polarity(text)
+            if want and want == have and flipped:
                 return m  # "always use tabs" after "never use tabs"
-            if changing and cats & categories(m.text):
-                rest_want = {w for w in want if w not in _CATEGORY_OF}
-                rest_have = {w for w in have if w not in _CATEGORY_OF}
-                if rest_want & rest_have:
-                    return m  # "from now on answer in Spanish" after "always answer in French"
+            if not changing:
+                continue
+            shared = cats & categories(m.text)
+            exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
+            if exclusive and _alternatives(m.text, text, exclusive):
+                return m  # "switch to metric from now on" after "please use imperial units"
+            rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
+            if shared and rest and _alternatives(m.text, text, shared):
+                return m  # "from now on answer in Spanish" after "always answer in French"
+            if flipped and rest:
+                return m  # "I've changed my mind: always add semicolons" after "never put semicolons"
         return None
 
-    def _remember(self, tools: MemoryTools, text: str, evidence: list[str], changing: bool = False) -> _Outcome:
+    def _remember(self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0) -> _Outcome:
         existing = self._duplicate(tools, text)
         if existing is not None:
             if existing.author == "user" or set(evidence) <= set(existing.evidence):
-                return _Outcome(f"Already remembered as {existing.memory_id}.", True)
-            result = tools.update_memory(existing.memory_id, existing.text, evidence, "restated by the user")
-            return _Outcome(result, not result.startswith("Refused"))
+                return _Outcome(f"Already remembered as {existing.memory_id}.", True, existing.memory_id)
+            # a restatement adds its receipt; one with more detail also becomes the text
+            more = content_words(text) > content_words(existing.text)
+            result = tools.update_memory(
+                existing.memory_id, text if more else existing.text, evidence, "restated by the user"
+            )
+            return _Outcome(result, not result.startswith("Refused"), existing.memory_id)
         conflict = self._conflict(tools, text, changing)
         if conflict is not None:
             result = tools.update_memory(conflict.memory_id, text, evidence, "the user changed this preference")
-            return _Outcome(result, not result.startswith("Refused"))
+            return _Outcome(result, not result.startswith("Refused"), conflict.memory_id)
         result = tools.create_memory(text, evidence)
         if not result.startswith("Refused"):
-            return _Outcome(result, True)
+            return _Outcome(result, True, _created_id(result))
         if tools.agent_memory_count() < tools.budget:
             return _Outcome(result, False)  # refused for another reason (evidence, length)
         return self._budget_full(tools, text, evidence, result)
 
     def _budget_full(self, tools: MemoryTools, text: str, evidence: list[str], refusal: str) -> _Outcome:
-        """At the cap: fold into a related memory, else consolidate the closest pair, else hold."""
+        """At the cap (the tool layer said so): fold the new memory into a related one, else
+        consolidate the two most related memories to make room, else hold it as a hypothesis.
+        Nothing is ever evicted."""
         agent = [m for m in tools.memories.values() if m.author == "agent"]
-        related = sorted(
-            ((self._relatedness(text, m.text), m) for m in agent), key=lambda p: -p[0]
-        )
+        related = sorted(((_relatedness(text, m.text), m) for m in agent), key=lambda p: -p[0])
         if related and related[0][0] >= 1.0:
             m = related[0][1]
             merged = _join(m.text, text)
             if len(merged) <= MAX_MEMORY_CHARS:
                 result = tools.update_memory(m.memory_id, merged, evidence, "budget full: folded into a related memory")
                 if not result.startswith("Refused"):
-                    return _Outcome(f"{refusal}\n-> {result}", True)
+                    return _Outcome(f"{refusal}\n-> {result}", True, m.memory_id)
         pairs = sorted(
-            ((self._relatedness(a.text, b.text), a, b) for i, a in enumerate(agent) for b in agent[i + 1:]),
+            ((_relatedness(a.text, b.text), a, b) for i, a in enumerate(agent) for b in agent[i + 1:]),
             key=lambda p: -p[0],
         )
         for score, a, b in pairs:
@@ -738,17 +915,12 @@ class RulesPolicy:
             if consolidated.startswith("Refused"):
                 continue
             result = tools.create_memory(text, evidence)
-            return _Outcome(f"{refusal}\n-> {consolidated}\n-> {result}", not result.startswith("Refused"))
+            ok = not result.startswith("Refused")
+            return _Outcome(f"{refusal}\n-> {consolidated}\n-> {result}", ok, _created_id(result) if ok else None)
         # Nothing overlaps: never evict. Hold it as a hypothesis so nothing is lost.
         for mid in evidence:
             tools.note_hypothesis(text.rstrip("."), [mid])
         return _Outcome(refusal, False)
-
-    @staticmethod
-    def _relatedness(a: str, b: str) -> float:
-        shared_topic = 1.0 if categories(a) & categories(b) else 0.0
-        overlap = len(content_words(a) & content_words(b))
-        return shared_topic + overlap + cosine(hashing_embed(a), hashing_embed(b))
 
     def _promote(self, tools: MemoryTools) -> list[str]:
         results = []
@@ -765,9 +937,10 @@ class RulesPolicy:
         return results
 
     def _fade(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
+        """Hypotheses not seen again within the horizon before this batch have faded."""
         if not new_messages:
             return []
-        now = max(m.accepted_at for m in new_messages)
+        now = min(m.accepted_at for m in new_messages)
         return [
             tools.drop_hypothesis(h.id, f"faded: not seen again within {self.fade_after.days} days")
             for h in tools.working.stale(now, self.fade_after)
@@ -783,9 +956,26 @@ class RulesPolicy:
         return f"{len(new_messages)} message(s) in {', '.join(conversations)}: {done}."
 
 
-def _is_standing_change(text: str) -> bool:
-    return bool(re.search(r"\b(?:from now on|going forward|moving forward|instead|any ?more|no longer|"
-                          r"now)\b", text, re.I))
+def _relatedness(a: str, b: str) -> float:
+    shared_topic = 1.0 if categories(a) & categories(b) else 0.0
+    overlap = len(content_words(a) & content_words(b))
+    return shared_topic + overlap + cosine(hashing_embed(a), hashing_embed(b))
+
+
+def _alternatives(old: str, new: str, shared: set[str]) -> bool:
+    """`new` names a different value than `old` in one of the shared topics."""
+    return any(set(category_words(old, c)) != set(category_words(new, c)) for c in shared)
+
+
+def _created_id(result: str) -> str | None:
+    m = re.search(r"memory ([0-9a-f-]{36})", result)
+    return m.group(1) if m else None
+
+
+def _is_standing_change(text: str) -> int:
+    """CHANGED when words say a preference replaces an earlier one ("from now on" alone does not)."""
+    return CHANGED * bool(re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b",
+                          text, re.I))
 
 
 def _without_old(clause: str, old: str | None) -> str:

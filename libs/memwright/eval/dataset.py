@@ -1,0 +1,175 @@
+"""The labelled eval dataset: JSON Lines, one user per line.
+
+    {"user_id": "u1",
+     "conversations": [{"conversation_id": "c1",
+                        "messages": [{"message_id": "m1", "text": "…", "sent_at": "2026-01-01T10:00:00Z"}]}],
+     "expect": {"remember": [{"id": "p1", "evidence_any": ["m1"], "must_contain_any": ["metric"]}],
+                "forget":   [{"message_ids": ["m4"]}],
+                "update":   [{"id": "p2", "old_evidence": ["m2"], "new_evidence": ["m12"],
+                              "must_contain_any": ["tea"], "must_not_contain": ["coffee"]}]},
+     "budget": 40}
+
+A message may carry "role": "assistant" (default "user"). `budget` is optional. Loading checks
+that every id the expectations cite is a message of that user, so a typo fails loudly.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+DEFAULT_DATASET = "memories.jsonl"
+
+
+class DatasetError(ValueError):
+    """The dataset is malformed; the message names the line and the field."""
+
+
+@dataclass(frozen=True)
+class EvalMessage:
+    message_id: str
+    text: str
+    sent_at: str | None = None
+    role: str = "user"
+
+
+@dataclass(frozen=True)
+class Conversation:
+    conversation_id: str
+    messages: list[EvalMessage]
+
+
+@dataclass(frozen=True)
+class Remember:
+    id: str
+    evidence_any: list[str]
+    must_contain_any: list[str]
+
+
+@dataclass(frozen=True)
+class Update:
+    id: str
+    old_evidence: list[str]
+    new_evidence: list[str]
+    must_contain_any: list[str] = field(default_factory=list)
+    must_not_contain: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class UserCase:
+    user_id: str
+    conversations: list[Conversation]
+    remember: list[Remember] = field(default_factory=list)
+    forget: list[list[str]] = field(default_factory=list)
+    update: list[Update] = field(default_factory=list)
+    budget: int | None = None
+
+    @property
+    def message_ids(self) -> set[str]:
+        return {m.message_id for c in self.conversations for m in c.messages}
+
+    @property
+    def forget_ids(self) -> set[str]:
+        return {mid for group in self.forget for mid in group}
+
+
+def default_dataset_path() -> Path:
+    return Path(str(resources.files("memwright.eval").joinpath("datasets", DEFAULT_DATASET)))
+
+
+def _strings(value: Any, where: str) -> list[str]:
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise DatasetError(f"{where} must be a list of strings")
+    return list(value)
+
+
+def parse_user(obj: Any, where: str = "user") -> UserCase:
+    if not isinstance(obj, dict):
+        raise DatasetError(f"{where}: a user must be a JSON object")
+    try:
+        user_id = obj["user_id"]
+        conversations = [
+            Conversation(
+                c["conversation_id"],
+                [
+                    EvalMessage(m["message_id"], m["text"], m.get("sent_at"), m.get("role", "user"))
+                    for m in c["messages"]
+                ],
+            )
+            for c in obj["conversations"]
+        ]
+        expect = obj.get("expect", {})
+        remember = [
+            Remember(
+                r["id"],
+                _strings(r["evidence_any"], f"{where}: remember {r['id']} evidence_any"),
+                _strings(r["must_contain_any"], f"{where}: remember {r['id']} must_contain_any"),
+            )
+            for r in expect.get("remember", [])
+        ]
+        forget = [_strings(f["message_ids"], f"{where}: forget message_ids") for f in expect.get("forget", [])]
+        update = [
+            Update(
+                u["id"],
+                _strings(u["old_evidence"], f"{where}: update {u['id']} old_evidence"),
+                _strings(u["new_evidence"], f"{where}: update {u['id']} new_evidence"),
+                _strings(u.get("must_contain_any", []), f"{where}: update {u['id']} must_contain_any"),
+                _strings(u.get("must_not_contain", []), f"{where}: update {u['id']} must_not_contain"),
+            )
+            for u in expect.get("update", [])
+        ]
+    except (KeyError, TypeError) as exc:
+        raise DatasetError(f"{where}: missing or malformed field {exc}") from None
+    budget = obj.get("budget")
+    if budget is not None and (not isinstance(budget, int) or budget < 1):
+        raise DatasetError(f"{where}: budget must be a positive integer, got {budget!r}")
+    case = UserCase(user_id, conversations, remember, forget, update, budget)
+    _check_ids(case, where)
+    return case
+
+
+def _check_ids(case: UserCase, where: str) -> None:
+    seen: set[str] = set()
+    for c in case.conversations:
+        for m in c.messages:
+            if m.message_id in seen:
+                raise DatasetError(f"{where}: message id {m.message_id} appears twice")
+            if m.role not in ("user", "assistant"):
+                raise DatasetError(f"{where}: message {m.message_id} has role {m.role!r}")
+            seen.add(m.message_id)
+    cited = [mid for r in case.remember for mid in r.evidence_any] + list(case.forget_ids)
+    cited += [mid for u in case.update for mid in u.old_evidence + u.new_evidence]
+    unknown = sorted(set(cited) - seen)
+    if unknown:
+        raise DatasetError(f"{where}: expectations cite unknown message ids {', '.join(unknown)}")
+    for r in case.remember:
+        if not r.evidence_any or not r.must_contain_any:
+            raise DatasetError(f"{where}: remember {r.id} needs evidence_any and must_contain_any")
+    for u in case.update:
+        if not u.new_evidence:
+            raise DatasetError(f"{where}: update {u.id} needs new_evidence")
+
+
+def load(path: Path | str) -> list[UserCase]:
+    cases: list[UserCase] = []
+    users: set[str] = set()
+    with open(path, encoding="utf-8") as f:
+        for number, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            where = f"{path}:{number}"
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise DatasetError(f"{where}: not JSON ({exc})") from None
+            case = parse_user(obj, where)
+            if case.user_id in users:
+                raise DatasetError(f"{where}: user {case.user_id} appears twice")
+            users.add(case.user_id)
+            cases.append(case)
+    if not cases:
+        raise DatasetError(f"{path}: no users")
+    return cases
