@@ -9,7 +9,7 @@ STACK := deploy/local/stack.sh
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install demo test test-unit lint eval bench helm stack-start stack-stop clean
+.PHONY: help install tools demo test test-unit lint eval bench helm stack-start stack-stop clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -23,6 +23,10 @@ $(STAMP): pyproject.toml requirements.lock
 
 install: $(STAMP) ## create .venv with the pinned dependencies (requirements.lock)
 
+tools: ## install the pinned helm (built with go into .local/tools) and promtool (Debian prometheus), once
+	@deploy/tools/install-helm.sh >/dev/null
+	@deploy/tools/install-prometheus.sh >/dev/null
+
 stack-start: ## start local Kafka (KRaft) and PostgreSQL under .local/
 	$(STACK) start
 
@@ -35,14 +39,14 @@ demo: install ## run the whole pipeline on the local stack with the demo stream,
 	  $(VENV)/bin/memwright demo; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
-test: install ## run unit, integration and end-to-end tests on the local stack (started once, then stopped)
+test: install tools ## run unit, integration and end-to-end tests on the local stack (started once, then stopped)
 	@$(STACK) start
 	@$(PY) -m pytest $(PYTEST_ARGS); rc=$$?; \
 	  $(STACK) stop; \
 	  if [ $$rc -eq 5 ]; then echo "pytest collected no tests: that is a failure"; exit 1; fi; \
 	  exit $$rc
 
-test-unit: install ## run the unit tests only (no services, seconds)
+test-unit: install tools ## run the unit tests only (no services, seconds)
 	$(PY) -m pytest -m unit
 
 lint: install ## ruff (lint and format check) and mypy
@@ -59,10 +63,10 @@ eval: install ## measure memory quality on the labelled eval set
 bench: install ## benchmarks (issue 8)
 	@echo "make bench: not yet implemented (issue 8)"; exit 2
 
-helm: ## lint and render the Helm chart
-	deploy/tools/install-helm.sh
-	.local/tools/helm lint helm/memwright
-	.local/tools/helm template memwright helm/memwright > /dev/null
+helm: install tools ## lint and render the chart (default and ci/ values), schema and Kubernetes-schema checks
+	.local/tools/helm lint helm/memwright --strict
+	@for f in helm/memwright/ci/*-values.yaml; do .local/tools/helm lint helm/memwright --strict -f $$f || exit 1; done
+	$(PY) -m pytest -q tests/unit/test_helm_chart.py
 
 clean: ## stop the stack and remove .local/ (data, logs, caches) and .venv/
 	-$(STACK) stop
