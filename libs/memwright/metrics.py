@@ -41,6 +41,18 @@ CURATOR_RUN_SECONDS = Histogram(
     "memwright_curator_run_duration_seconds", "Agent run duration by outcome", ["outcome"], buckets=SLOW_BUCKETS
 )
 CURATOR_FENCED = Counter("memwright_curator_fenced_commits_total", "Commits refused because the lease was taken over")
+CURATOR_LEASE_CONFLICTS = Counter(
+    "memwright_curator_lease_conflicts_total",
+    "Claims that took over a lease another run still held, by reason (connection_lost, holder_silent)",
+    ["reason"],
+)
+CURATOR_HEARTBEATS_LOST = Counter(
+    "memwright_curator_heartbeats_lost_total", "Runs whose heartbeat found the lease taken over or the connection gone"
+)
+CURATOR_ABANDONED_RECOVERED = Counter(
+    "memwright_curator_abandoned_runs_recovered_total", "Runs still marked running when their user was claimed again"
+)
+CURATOR_ACTIVE_RUNS = Gauge("memwright_curator_active_runs", "Runs in progress in this curator process")
 CURATOR_BUDGET_REFUSALS = Counter(
     "memwright_curator_budget_refusals_total", "create_memory refused because the budget is full"
 )

@@ -1,19 +1,29 @@
 """curator: claims the longest-waiting user, runs that user's one memory agent, commits.
 
 Runs up to MEMWRIGHT_CONCURRENCY users at once; any number of curator processes can
-share one database (claims are atomic, commits are fenced by the lease epoch).
+share one database. The rules live in libs: claims, heartbeats and takeovers in
+memwright.store.leases, the fenced commit in memwright.agent.run. This shell wires them:
+
+- a claim keeps its connection (it holds the run's advisory lock) for the whole run;
+- a heartbeat renews the lease every lease/3 seconds; when a renewal fails (the lease was
+  taken over, or the run's connection is gone) it stops, and the run's commit is refused;
+- a committed run releases its lease; a failed run releases it with a retry time one lease
+  length away, so a user whose runs keep failing does not take a slot in a tight loop; a
+  fenced run has nothing to release (its lease belongs to another run).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import time
+import uuid
+from typing import Any
 
 import asyncpg
 import structlog
-
 from memwright import logs, metrics
 from memwright.agent.rules import RulesPolicy
 from memwright.agent.run import Fenced, Policy, fail_run, run_agent, start_run
@@ -40,47 +50,68 @@ class Curator:
         self.policy = policy
         self.worker = settings.curator_id or f"{socket.gethostname()}-{os.getpid()}"
         self.running: set[asyncio.Task[None]] = set()
+        self.slot_freed = asyncio.Event()
 
     async def loop(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            claimed = False
-            if len(self.running) < self.settings.concurrency:
-                claimed = await self.claim_one()
-            if not claimed:
-                try:
-                    await asyncio.wait_for(stop.wait(), self.settings.poll_seconds)
-                except TimeoutError:
-                    pass
+            if len(self.running) < self.settings.concurrency and await self.claim_one():
+                continue  # work and a free slot: claim the next user at once
+            # no work, or every slot busy: wait for a poll interval, a finished run or stop
+            self.slot_freed.clear()
+            await _first_of(stop, self.slot_freed, timeout=self.settings.poll_seconds)
         if self.running:
             await asyncio.wait(self.running)  # finish what was claimed; new claims have stopped
 
     async def claim_one(self) -> bool:
-        conn = await self.pool.acquire()
+        try:
+            conn = await self.pool.acquire()
+        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+            log.warning("claim_failed", error=str(exc))
+            return False
         try:
             lease = await leases.claim_next(conn, self.worker, self.settings.lease_seconds)
-        except (OSError, asyncpg.PostgresError) as exc:
-            await self.pool.release(conn)
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+            await self._give_back(conn)
             log.warning("claim_failed", error=str(exc))
             return False
         if lease is None:
-            await self.pool.release(conn)
+            await self._give_back(conn)
             return False
         metrics.CURATOR_CLAIMS.inc()
+        if lease.takeover:
+            metrics.CURATOR_LEASE_CONFLICTS.labels(lease.takeover).inc()
+            log.warning(
+                "lease_taken_over",
+                user_id=lease.user_id,
+                lease_epoch=lease.epoch,
+                previous_owner=lease.previous_owner,
+                reason=lease.takeover,
+            )
         task = asyncio.create_task(self.run_one(conn, lease))
         self.running.add(task)
-        task.add_done_callback(self.running.discard)
+        task.add_done_callback(self._run_done)
         return True
+
+    def _run_done(self, task: asyncio.Task[None]) -> None:
+        self.running.discard(task)
+        self.slot_freed.set()
 
     async def run_one(self, conn: asyncpg.Connection, lease: leases.Lease) -> None:
         started = time.monotonic()
         bound = log.bind(user_id=lease.user_id, lease_epoch=lease.epoch)
         outcome = "failed"
-        run_id = None
-        heartbeat = asyncio.create_task(self.heartbeat(lease))
+        run_id: uuid.UUID | None = None
+        metrics.CURATOR_ACTIVE_RUNS.inc()
+        heartbeat = asyncio.create_task(self.heartbeat(lease, bound))
         try:
-            abandoned = await leases.mark_abandoned_runs(conn, lease.user_id)
+            # a curator paused inside its commit must not hold the user's agents row for ever;
+            # RESET ALL when the connection goes back to the pool undoes this
+            await conn.execute(f"SET idle_in_transaction_session_timeout = {_millis(self.settings.lease_seconds)}")
+            abandoned = await leases.mark_abandoned_runs(conn, lease)
             if abandoned:
                 metrics.CURATOR_RUNS.labels("abandoned").inc(abandoned)
+                metrics.CURATOR_ABANDONED_RECOVERED.inc(abandoned)
+                bound.warning("abandoned_runs_recovered", runs=abandoned, previous_owner=lease.previous_owner)
             run_id = await start_run(conn, lease, self.policy.name)
             bound = bound.bind(run_id=str(run_id))
             changes, tools = await run_agent(conn, lease, self.policy, run_id)
@@ -90,37 +121,71 @@ class Curator:
         except Fenced as exc:
             outcome = "fenced"
             metrics.CURATOR_FENCED.inc()
-            bound.warning("run_fenced", error=str(exc))
-            if run_id:
-                await fail_run(conn, run_id, "fenced", str(exc))
+            bound.warning("commit_fenced", error=str(exc))
+            await self._record(conn, run_id, "fenced", str(exc), bound)
         except Exception as exc:
-            bound.exception("run_failed")
-            if run_id and not conn.is_closed():
-                try:
-                    await fail_run(conn, run_id, "failed", repr(exc))
-                except Exception:
-                    bound.warning("could_not_record_failure")
+            if conn.is_closed():
+                error = f"connection to PostgreSQL lost, nothing committed: {exc!r}"
+                bound.warning("run_failed", error=error)
+            else:
+                error = repr(exc)
+                bound.exception("run_failed")
+            await self._record(conn, run_id, "failed", error, bound)
         finally:
             heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat  # no renewal may land after the release below
+            metrics.CURATOR_ACTIVE_RUNS.dec()
             metrics.CURATOR_RUNS.labels(outcome).inc()
             metrics.CURATOR_RUN_SECONDS.labels(outcome).observe(time.monotonic() - started)
             try:
-                if not conn.is_closed():
+                if outcome == "committed":
                     await leases.release(conn, lease)
-            except Exception:
-                bound.warning("release_failed")  # the lease expires by itself
-            await self.pool.release(conn)
+                elif outcome == "failed":
+                    await leases.release_for_retry(self.pool, lease, self.settings.lease_seconds)
+            except Exception as exc:
+                bound.warning("release_failed", error=str(exc))  # the lease expires by itself
+            await self._give_back(conn)
 
-    async def heartbeat(self, lease: leases.Lease) -> None:
+    async def heartbeat(self, lease: leases.Lease, bound: Any) -> None:
+        """Renew the lease every lease/3 s; stop for good once it is lost (invariant 3)."""
         interval = self.settings.lease_seconds / 3
         while True:
             await asyncio.sleep(interval)
             try:
-                if not await leases.renew(self.pool, lease, self.settings.lease_seconds):
-                    log.warning("lease_lost", user_id=lease.user_id, lease_epoch=lease.epoch)
-                    return
+                renewed = await leases.renew(self.pool, lease, self.settings.lease_seconds)
             except Exception as exc:
-                log.warning("heartbeat_failed", error=str(exc))
+                bound.warning("heartbeat_failed", error=str(exc))  # try again; the lease may still expire
+                continue
+            if not renewed:
+                metrics.CURATOR_HEARTBEATS_LOST.inc()
+                bound.warning("lease_lost", detail="taken over or the run's connection is gone; commit will be refused")
+                return
+
+    async def _record(
+        self, conn: asyncpg.Connection, run_id: uuid.UUID | None, status: str, error: str, bound: Any
+    ) -> None:
+        """Write the run's outcome, on its own connection if it is still alive, else on another."""
+        if run_id is None:
+            return
+        try:
+            if not conn.is_closed():
+                await fail_run(conn, run_id, status, error)
+                return
+        except Exception as exc:
+            bound.warning("could_not_record_outcome", error=str(exc))
+        try:
+            async with self.pool.acquire() as other:
+                await fail_run(other, run_id, status, error)
+        except Exception as exc:
+            bound.warning("could_not_record_outcome", error=str(exc))
+
+    async def _give_back(self, conn: asyncpg.Connection) -> None:
+        """Return a connection; the pool's reset unlocks any advisory lock it still holds."""
+        try:
+            await self.pool.release(conn)
+        except Exception as exc:
+            log.warning("connection_release_failed", error=str(exc))
 
     async def publish_backlog(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -130,19 +195,37 @@ class Curator:
                 metrics.CURATOR_OLDEST_WAIT.set(age)
             except Exception as exc:
                 log.warning("backlog_stats_failed", error=str(exc))
-            try:
-                await asyncio.wait_for(stop.wait(), 5)
-            except TimeoutError:
-                pass
+            await _first_of(stop, timeout=5)
+
+
+def _millis(seconds: float) -> int:
+    return max(1000, int(seconds * 1000))
+
+
+async def _first_of(*events: asyncio.Event, timeout: float) -> None:
+    """Wait until one of `events` is set or `timeout` seconds pass."""
+    waiters = [asyncio.create_task(e.wait()) for e in events]
+    try:
+        await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for w in waiters:
+            w.cancel()
 
 
 async def serve(settings: CuratorSettings, stop: asyncio.Event) -> None:
+    # one connection per running user (it holds the run's lock), plus claims, heartbeats and stats
     pool = await create_pool(settings.pg_dsn, 1, settings.concurrency + 3)
     curator = Curator(settings, pool, make_policy(settings))
     readiness = Readiness()
     readiness.add("postgres", lambda: pool.fetchval("SELECT true"))
     ops = await start_site(ops_app(readiness), settings.ops_host, settings.ops_port)
-    log.info("curator_started", worker=curator.worker, concurrency=settings.concurrency, policy=settings.policy)
+    log.info(
+        "curator_started",
+        worker=curator.worker,
+        concurrency=settings.concurrency,
+        lease_seconds=settings.lease_seconds,
+        policy=settings.policy,
+    )
     try:
         await asyncio.gather(curator.loop(stop), curator.publish_backlog(stop))
     finally:

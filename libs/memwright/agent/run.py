@@ -192,11 +192,19 @@ async def start_run(conn: asyncpg.Connection, lease: Lease, policy: str) -> uuid
     return run_id
 
 
+FAIL_RUN = """
+UPDATE curation_runs
+SET status = $2,
+    -- a run taken over (abandoned) that later came back and was fenced keeps the time its lease ended
+    finished_at = CASE WHEN status = 'abandoned' THEN finished_at ELSE now() END,
+    error = CASE WHEN status = 'abandoned' THEN left(error || '; then ' || $3, 2000) ELSE $3 END
+WHERE run_id = $1 AND (status = 'running' OR (status = 'abandoned' AND $2 = 'fenced'))
+"""
+
+
 async def fail_run(conn: asyncpg.Connection, run_id: uuid.UUID, status: str, error: str) -> None:
-    await conn.execute(
-        "UPDATE curation_runs SET status = $2, finished_at = now(), error = $3 WHERE run_id = $1 AND status = 'running'",
-        run_id, status, error[:2000],
-    )
+    """Record a run that did not commit: 'failed', or 'fenced' (its commit was refused)."""
+    await conn.execute(FAIL_RUN, run_id, status, error[:2000])
 
 
 async def run_agent(

@@ -1,9 +1,23 @@
 """Claims, heartbeats and release of a user's memory agent (invariants 2, 3 and 4).
 
-A claim is ONE statement: it picks the user whose oldest waiting signal is the
-oldest (fairness), whose lease is free or expired and whose advisory lock nobody
-holds, bumps the lease epoch (the fencing token) and takes the advisory lock on
-the caller's connection. The caller keeps that connection for the whole run.
+Ownership of a user is its lease: the agents row (owner, epoch, expiry). A claim is ONE
+statement: it picks the user whose oldest waiting signal is the oldest (fairness) and
+whose lease is free or expired, bumps the lease epoch (the fencing token), extends the
+expiry and takes the run's advisory lock on the caller's connection, which the caller
+keeps for the whole run.
+
+The advisory lock is keyed by (user, epoch), so it names one run. It says "this run's
+connection is alive": it dies with the connection (crash, kill -9, pg_terminate_backend),
+and a heartbeat renews the lease only while the run's connection still holds it.
+
+An expired lease is taken over:
+- at once, when the run's lock is gone (its connection died: nothing of it can commit);
+- after one more lease length (the grace), when the run's connection still holds its lock
+  (a paused or partitioned curator). Its lock does not block the new run, whose lock has
+  a different key; the stale run's commit is refused by the epoch fence (agent/run.py).
+A valid (unexpired) lease is never taken, whatever pg_locks says: pg_locks is read once
+per statement and is not transactional, so it only ever decides between "expired and
+dead" and "expired and silent", never whether a fresh lease is free.
 """
 
 from __future__ import annotations
@@ -12,42 +26,68 @@ from dataclasses import dataclass
 
 import asyncpg
 
-CLAIM_NEXT = """
-WITH candidate AS (
-    SELECT a.user_id
+# The run's advisory lock, held by a connection with pid `pid` (or by anyone when pid is NULL).
+# Advisory locks with a bigint key show in pg_locks as classid (high 32 bits), objid (low 32 bits).
+_RUN_LOCK_HELD = """EXISTS (
+    SELECT 1 FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+      AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended({user}, {epoch})
+      AND ({pid}::integer IS NULL OR l.pid = {pid}::integer))"""
+
+CLAIM_NEXT = f"""
+WITH candidate AS MATERIALIZED (
+    SELECT a.user_id, a.lease_epoch, a.lease_owner AS previous_owner,
+           CASE WHEN a.lease_owner IS NULL THEN NULL
+                WHEN {_RUN_LOCK_HELD.format(user="a.user_id", epoch="a.lease_epoch", pid="NULL")}
+                THEN 'holder_silent' ELSE 'connection_lost' END AS takeover
     FROM backlog b
     JOIN agents a ON a.user_id = b.user_id
-    WHERE (a.lease_expires_at IS NULL OR a.lease_expires_at < now())
-      -- a crashed-but-connected worker still holds the advisory lock: skip, do not wait
-      AND NOT EXISTS (
-          SELECT 1 FROM pg_locks l
-          WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.database = (
-                SELECT oid FROM pg_database WHERE datname = current_database())
-            AND ((l.classid::bigint << 32) | l.objid::bigint) = hashtextextended(a.user_id, 0))
+    WHERE a.lease_expires_at IS NULL
+       OR (a.lease_expires_at < now()
+           AND (a.lease_owner IS NULL  -- released with a retry time (a failed run)
+                -- invariant 3: an expired lease whose run's connection is gone is recovered at once;
+                -- one whose run still holds its lock (paused, partitioned) after one more lease length
+                OR a.lease_expires_at < now() - make_interval(secs => $3)
+                OR NOT {_RUN_LOCK_HELD.format(user="a.user_id", epoch="a.lease_epoch", pid="NULL")}))
     ORDER BY b.waiting_since, b.user_id  -- invariant 4: longest-waiting user first
     LIMIT 1
-    FOR UPDATE OF a SKIP LOCKED          -- invariant 2: a second curator skips a claimed user
+    FOR UPDATE OF a SKIP LOCKED          -- invariant 2: a second curator skips a user being claimed
 )
 UPDATE agents a
 SET lease_owner = $1,
-    lease_epoch = a.lease_epoch + 1,
+    lease_epoch = a.lease_epoch + 1,     -- invariant 3: the new fencing token
     lease_expires_at = now() + make_interval(secs => $2)
 FROM candidate c
 WHERE a.user_id = c.user_id
-  AND pg_try_advisory_lock(hashtextextended(c.user_id, 0))  -- same statement, same connection
-RETURNING a.user_id, a.lease_epoch, a.watermark, a.memory_budget
+  AND a.lease_epoch = c.lease_epoch
+  -- invariant 2: the run's lock on this connection, in the same statement; c only, so it is
+  -- evaluated for the one candidate row and never for other users
+  AND pg_try_advisory_lock(hashtextextended(c.user_id, c.lease_epoch + 1))
+RETURNING a.user_id, a.lease_epoch, a.watermark, a.memory_budget, c.previous_owner, c.takeover
 """
 
-RENEW = """
+RENEW = f"""
 UPDATE agents SET lease_expires_at = now() + make_interval(secs => $4)
 WHERE user_id = $1 AND lease_owner = $2 AND lease_epoch = $3
+  -- invariant 3: a run whose connection (and so its lock) is gone stops renewing
+  AND {_RUN_LOCK_HELD.format(user="$1", epoch="$3", pid="$5")}
 RETURNING lease_expires_at
 """
 
 MARK_ABANDONED = """
-UPDATE curation_runs SET status = 'abandoned', finished_at = now(), error = 'lease expired while running'
-WHERE user_id = $1 AND status = 'running'
+UPDATE curation_runs
+SET status = 'abandoned', finished_at = now(),
+    error = format('lease taken over by %s at epoch %s (%s)', $2::text, $3::bigint, $4::text)
+WHERE user_id = $1 AND status = 'running' AND lease_epoch < $3  -- invariant 3: recovery
 RETURNING run_id
+"""
+
+RELEASE = """
+UPDATE agents
+SET lease_owner = NULL,
+    lease_expires_at = CASE WHEN $4::float8 > 0 THEN now() + make_interval(secs => $4::float8) END  -- retry time
+WHERE user_id = $1 AND lease_owner = $2 AND lease_epoch = $3  -- only a lease that is still ours
 """
 
 
@@ -58,32 +98,62 @@ class Lease:
     epoch: int
     watermark: int
     budget: int
+    pid: int = 0  # backend pid of the connection that holds the run's advisory lock
+    previous_owner: str | None = None  # set when this claim took over another run's lease
+    takeover: str | None = None  # why: 'connection_lost' or 'holder_silent'
 
 
-async def claim_next(conn: asyncpg.Connection, owner: str, lease_seconds: float) -> Lease | None:
-    row = await conn.fetchrow(CLAIM_NEXT, owner, lease_seconds)
+async def claim_next(
+    conn: asyncpg.Connection, owner: str, lease_seconds: float, grace_seconds: float | None = None
+) -> Lease | None:
+    """Claim the longest-waiting claimable user; the run's lock is then held by `conn`.
+
+    `grace_seconds` (default: one lease length) is how long an expired lease whose run
+    still holds its lock is left alone before it is taken over.
+    """
+    grace = lease_seconds if grace_seconds is None else grace_seconds
+    row = await conn.fetchrow(CLAIM_NEXT, owner, lease_seconds, grace)
     if row is None:
         return None
-    return Lease(row["user_id"], owner, row["lease_epoch"], row["watermark"], row["memory_budget"])
+    return Lease(
+        row["user_id"],
+        owner,
+        row["lease_epoch"],
+        row["watermark"],
+        row["memory_budget"],
+        conn.get_server_pid(),
+        row["previous_owner"],
+        row["takeover"],
+    )
 
 
-async def mark_abandoned_runs(conn: asyncpg.Connection, user_id: str) -> int:
-    """Runs still 'running' for a user we just claimed died with their lease (invariant 3)."""
-    return len(await conn.fetch(MARK_ABANDONED, user_id))
+async def mark_abandoned_runs(conn: asyncpg.Connection, lease: Lease) -> int:
+    """Runs still 'running' for a user we just claimed lost their lease (invariant 3)."""
+    reason = lease.takeover or "lease released or expired"
+    return len(await conn.fetch(MARK_ABANDONED, lease.user_id, lease.owner, lease.epoch, reason))
 
 
 async def renew(conn: asyncpg.Connection | asyncpg.Pool, lease: Lease, lease_seconds: float) -> bool:
-    return await conn.fetchval(RENEW, lease.user_id, lease.owner, lease.epoch, lease_seconds) is not None
+    """Extend the lease; False when it is lost (taken over, or the run's connection is gone)."""
+    pid = lease.pid or None
+    return await conn.fetchval(RENEW, lease.user_id, lease.owner, lease.epoch, lease_seconds, pid) is not None
 
 
 async def release(conn: asyncpg.Connection, lease: Lease) -> None:
-    """Free the lease (if still ours) and the advisory lock held by this connection."""
-    await conn.execute(
-        "UPDATE agents SET lease_owner = NULL, lease_expires_at = NULL "
-        "WHERE user_id = $1 AND lease_owner = $2 AND lease_epoch = $3",
-        lease.user_id, lease.owner, lease.epoch,
-    )
-    await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, 0))", lease.user_id)
+    """Free the lease (if still ours) and the run's advisory lock held by this connection."""
+    await conn.execute(RELEASE, lease.user_id, lease.owner, lease.epoch, 0.0)
+    await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, $2))", lease.user_id, lease.epoch)
+
+
+async def release_for_retry(conn: asyncpg.Connection | asyncpg.Pool, lease: Lease, retry_after: float) -> None:
+    """Free the lease (if still ours) of a run that failed; its user is claimable again after
+    `retry_after` seconds, so a user whose runs keep failing does not take a slot in a tight loop.
+    Works from any connection (the run's own may be gone)."""
+    await conn.execute(RELEASE, lease.user_id, lease.owner, lease.epoch, retry_after)
+
+
+async def current_epoch(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> int | None:
+    return await conn.fetchval("SELECT lease_epoch FROM agents WHERE user_id = $1", user_id)
 
 
 async def backlog_stats(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:
