@@ -37,10 +37,10 @@ DUPLICATE_SCORE = 0.8
 # ---- words -------------------------------------------------------------------------------
 
 _LEAD_IN = re.compile(
-    r"^(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|no|nope|"
-    r"one more thing|one thing|another thing|thanks|thank you|great|cool|fyi|quick note|ps|p\.s\.|"
-    r"oh and|and also|just|hmm|right|alright|anyway|anyways|first|firstly|second|secondly|"
-    r"finally|lastly|again)\b[\s:,!.-]*)+",
+    r"^(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
+    r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|no|nope|one more thing|one thing|"
+    r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
+    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)+",
     re.IGNORECASE,
 )
 _SPLIT = re.compile(r"(?<=[.!?;])\s+|\n+")
@@ -71,19 +71,18 @@ CATEGORIES: dict[str, frozenset[str]] = {
     name: frozenset(words.split())
     for name, words in {
         "drink": "coffee tea espresso latte cappuccino decaf matcha chai cocoa juice soda beer wine",
-        "diet": "vegetarian vegan pescatarian keto paleo carnivore omnivore meat fish dairy gluten halal "
-                "kosher",
+        "diet": "vegetarian vegan pescatarian keto paleo carnivore omnivore meat fish dairy gluten halal kosher",
         "programming": "python javascript typescript java go golang rust ruby kotlin swift scala haskell "
-                       "elixir php perl julia clojure c++ c# cpp lua dart zig ocaml",
+        "elixir php perl julia clojure c++ c# cpp lua dart zig ocaml",
         "editor": "vim neovim emacs vscode sublime intellij pycharm atom nano helix zed xcode webstorm",
         "os": "linux windows macos mac ubuntu debian fedora arch",
         "units": "metric imperial si celsius fahrenheit kilometers kilometres km miles kilograms kg pounds "
-                 "lbs meters metres feet inches centimeters centimetres",
+        "lbs meters metres feet inches centimeters centimetres",
         "language": "english french spanish german italian portuguese dutch japanese chinese mandarin "
-                    "korean russian polish swedish norwegian danish finnish greek turkish arabic hindi",
+        "korean russian polish swedish norwegian danish finnish greek turkish arabic hindi",
         "style": "formal informal casual concise brief short terse detailed verbose long lengthy "
-                 "emoji emojis bullet bullets markdown tables headings prose numbered jargon tone "
-                 "exclamation summary summaries tl;dr paragraph paragraphs",
+        "emoji emojis bullet bullets markdown tables headings prose numbered jargon tone "
+        "exclamation summary summaries tl;dr paragraph paragraphs",
         "indent": "tabs spaces",
         "theme": "dark light",
         "shell": "bash zsh fish powershell",
@@ -102,7 +101,7 @@ _CATEGORY_OF: dict[str, str] = {w: name for name, words in CATEGORIES.items() fo
 
 
 def words(text: str) -> list[str]:
-    return _WORD.findall(text.lower().replace("’", "'"))
+    return _WORD.findall(text.lower().replace("\u2019", "'"))
 
 
 def _stem(word: str) -> str:
@@ -154,16 +153,77 @@ def strip_lead_in(sentence: str) -> str:
     return _LEAD_IN.sub("", sentence.strip()).strip()
 
 
-_ADVERBS = {"really", "usually", "always", "never", "mostly", "often", "also", "just", "definitely",
-            "strongly", "generally", "typically", "actually", "still", "only", "now", "mainly",
-            "normally", "truly", "absolutely", "much", "no", "honestly", "personally"}
-_IRREGULAR = {"have": "has", "do": "does", "go": "goes", "am": "is", "don't": "doesn't", "can't": "can't",
-              "won't": "won't", "can": "can", "will": "will", "would": "would", "should": "should",
-              "could": "could", "must": "must", "might": "might", "was": "was", "'m": "is"}
+_ADVERBS = {
+    "really",
+    "usually",
+    "always",
+    "never",
+    "mostly",
+    "often",
+    "also",
+    "just",
+    "definitely",
+    "strongly",
+    "generally",
+    "typically",
+    "actually",
+    "still",
+    "only",
+    "now",
+    "mainly",
+    "normally",
+    "truly",
+    "absolutely",
+    "much",
+    "no",
+    "honestly",
+    "personally",
+}
+_IRREGULAR = {
+    "have": "has",
+    "do": "does",
+    "go": "goes",
+    "am": "is",
+    "don't": "doesn't",
+    "can't": "can't",
+    "won't": "won't",
+    "can": "can",
+    "will": "will",
+    "would": "would",
+    "should": "should",
+    "could": "could",
+    "must": "must",
+    "might": "might",
+    "was": "was",
+    "'m": "is",
+}
 
 
-_PAST = {"meant", "said", "told", "was", "had", "did", "went", "got", "made", "thought", "knew", "left",
-         "began", "became", "wrote", "read", "took", "gave", "found", "felt", "kept", "ran", "quit"}
+_PAST = {
+    "meant",
+    "said",
+    "told",
+    "was",
+    "had",
+    "did",
+    "went",
+    "got",
+    "made",
+    "thought",
+    "knew",
+    "left",
+    "began",
+    "became",
+    "wrote",
+    "read",
+    "took",
+    "gave",
+    "found",
+    "felt",
+    "kept",
+    "ran",
+    "quit",
+}
 
 
 def third_person(verb: str) -> str:
@@ -192,16 +252,17 @@ def as_memory(clause: str) -> str:
     s = _REQUEST_PREFIX.sub("", s)
     s = re.sub(r"^(?:please|kindly)[\s,]+", "", s, flags=re.I)
     s = re.sub(r"^(?:can|could|would|will) you (?:please )?", "", s, flags=re.I).rstrip(" ?")
-    s = re.sub(r"(?:,\s*)?\b(?:please|by the way|btw|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$",
-               "", s, flags=re.I).rstrip(" ,")
+    s = re.sub(
+        r"(?:,\s*)?\b(?:please|by the way|btw|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$", "", s, flags=re.I
+    ).rstrip(" ,")
     s = re.sub(r"^my\b", "User's", s, flags=re.I)
     head = re.match(r"^(i'm|i am|i've|i have|i'd|i would|i)\b\s*", s, re.I)
-    rest = s[head.end():] if head else s
+    rest = s[head.end() :] if head else s
     rest = _they(rest)
     if not head:
         s = _they(s)
     if head:
-        h = head.group(1).lower().replace("’", "'")
+        h = head.group(1).lower().replace("\u2019", "'")
         if h in ("i'm", "i am"):
             s = "User is " + rest
         elif h in ("i've", "i have"):
@@ -229,9 +290,16 @@ def as_memory(clause: str) -> str:
 def _they(text: str) -> str:
     """First person to third person inside a clause ("call me Sam" -> "call them Sam")."""
     subs = [
-        (r"\bI'm\b", "they're"), (r"\bI am\b", "they are"), (r"\bI've\b", "they've"), (r"\bI'd\b", "they'd"),
-        (r"\bI'll\b", "they'll"), (r"\bI\b", "they"), (r"\bmyself\b", "themselves"), (r"\bmine\b", "theirs"),
-        (r"\bmy\b", "their"), (r"\bme\b", "them"),
+        (r"\bI'm\b", "they're"),
+        (r"\bI am\b", "they are"),
+        (r"\bI've\b", "they've"),
+        (r"\bI'd\b", "they'd"),
+        (r"\bI'll\b", "they'll"),
+        (r"\bI\b", "they"),
+        (r"\bmyself\b", "themselves"),
+        (r"\bmine\b", "theirs"),
+        (r"\bmy\b", "their"),
+        (r"\bme\b", "them"),
     ]
     for pattern, repl in subs:
         text = re.sub(pattern, repl, text, flags=re.IGNORECASE)
@@ -280,8 +348,9 @@ _SCOPED = re.compile(
     r"function|answer|reply|response|question|list|script|post|essay|letter|paragraph|section|query|"
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
-    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b|\bthe (?:first|second|third|last|other|former|latter|"
-    r"previous|next|new|old) (?:one|option|version)\b|\bover the (?:other|first|second)\b",
+    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b"
+    r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
+    r"|\bover the (?:other|first|second)\b",
     re.IGNORECASE,
 )
 
@@ -308,38 +377,96 @@ def explicit_preference(sentence: str) -> str | None:
 # same signal become the same hypothesis statement.
 _OBJ = r"(?P<obj>[A-Za-z0-9][\w'+#./-]*(?: [\w'+#./-]+){0,5})"
 _WEAK = [
-    (re.compile(r"\bI (?:really |also |just |absolutely |totally |do |genuinely )?(?:like|love|enjoy|adore)"
-                r"(?! it when| when| that| this| it| your| the (?:first|second|last|other|idea))"
-                r" (?:to )?" + _OBJ, re.I), "likes"),
-    (re.compile(r"\bI(?:'m| am) (?:really |very |quite |a bit |kind of |pretty )?(?:into|keen on|fond of|"
-                r"passionate about|obsessed with|a (?:big |huge |massive )?fan of) " + _OBJ, re.I), "likes"),
+    (
+        re.compile(
+            r"\bI (?:really |also |just |absolutely |totally |do |genuinely )?(?:like|love|enjoy|adore)"
+            r"(?! it when| when| that| this| it| your| the (?:first|second|last|other|idea))"
+            r" (?:to )?" + _OBJ,
+            re.I,
+        ),
+        "likes",
+    ),
+    (
+        re.compile(
+            r"\bI(?:'m| am) (?:really |very |quite |a bit |kind of |pretty )?(?:into|keen on|fond of|"
+            r"passionate about|obsessed with|a (?:big |huge |massive )?fan of) " + _OBJ,
+            re.I,
+        ),
+        "likes",
+    ),
     (re.compile(r"\bmy (?:absolute )?favou?rite (?:\w+ )?(?:\w+ )?(?:is|are|has to be) " + _OBJ, re.I), "likes"),
-    (re.compile(r"\bI (?:mostly |usually |mainly |normally |typically |always |generally |also |still )?"
-                r"(?:use|code in|program in|write in|develop in|work in|work with|build with)"
-                r" " + _OBJ, re.I), "uses"),
-    (re.compile(r"\bI (?:mostly |usually |mainly |normally |typically |always |generally |also |still )?"
-                r"(?:write|code|program|develop|work)(?: in)? (?P<obj>" + "|".join(
-                    sorted((re.escape(w) for w in CATEGORIES["programming"]), key=len, reverse=True)) + r")(?!\w)",
-                re.I), "uses"),
-    (re.compile(r"\bI(?:'ve| have) been (?:using|coding in|writing|working (?:in|with)|programming in) "
-                + _OBJ, re.I), "uses"),
-    (re.compile(r"\b(?:we|our team|my team|our company) (?:mostly |mainly |all )?(?:use|uses|work with|"
-                r"build with|are on|is on) " + _OBJ, re.I), "uses"),
+    (
+        re.compile(
+            r"\bI (?:mostly |usually |mainly |normally |typically |always |generally |also |still )?"
+            r"(?:use|code in|program in|write in|develop in|work in|work with|build with)"
+            r" " + _OBJ,
+            re.I,
+        ),
+        "uses",
+    ),
+    (
+        re.compile(
+            r"\bI (?:mostly |usually |mainly |normally |typically |always |generally |also |still )?"
+            r"(?:write|code|program|develop|work)(?: in)? (?P<obj>"
+            + "|".join(sorted((re.escape(w) for w in CATEGORIES["programming"]), key=len, reverse=True))
+            + r")(?!\w)",
+            re.I,
+        ),
+        "uses",
+    ),
+    (
+        re.compile(
+            r"\bI(?:'ve| have) been (?:using|coding in|writing|working (?:in|with)|programming in) " + _OBJ, re.I
+        ),
+        "uses",
+    ),
+    (
+        re.compile(
+            r"\b(?:we|our team|my team|our company) (?:mostly |mainly |all )?(?:use|uses|work with|"
+            r"build with|are on|is on) " + _OBJ,
+            re.I,
+        ),
+        "uses",
+    ),
     (re.compile(r"\bI(?:'m| am) (?:a |an )(?!bit\b|little\b|lot\b|fan\b|big\b|huge\b)" + _OBJ, re.I), "is a"),
     (re.compile(r"\bI work as (?:a |an )" + _OBJ, re.I), "is a"),
-    (re.compile(r"\bI(?:'m| am) (?:a )?(?P<obj>vegetarian|vegan|pescatarian|left-handed|colou?r-?blind|"
-                r"diabetic|lactose intolerant|gluten intolerant|celiac|coeliac|deaf|dyslexic|retired|"
-                r"self-employed|freelance|a freelancer|remote|married|a parent|a student)\b", re.I), "is"),
+    (
+        re.compile(
+            r"\bI(?:'m| am) (?:a )?(?P<obj>vegetarian|vegan|pescatarian|left-handed|colou?r-?blind|"
+            r"diabetic|lactose intolerant|gluten intolerant|celiac|coeliac|deaf|dyslexic|retired|"
+            r"self-employed|freelance|a freelancer|remote|married|a parent|a student)\b",
+            re.I,
+        ),
+        "is",
+    ),
     (re.compile(r"\bI (?:live|am living|'m living) in " + _OBJ, re.I), "lives in"),
     (re.compile(r"\bI(?:'m| am) (?:based|located) in " + _OBJ, re.I), "lives in"),
     (re.compile(r"\bI (?:work|am working|'m working) (?:at|for) " + _OBJ, re.I), "works at"),
-    (re.compile(r"\bI(?:'m| am)(?: currently| still)? learning (?:(?:how )?to (?:play|speak|cook|code|draw|paint|"
-                r"use|write|sing|dance|ride|drive|knit|sew) )?" + _OBJ, re.I), "is learning"),
-    (re.compile(r"\bI(?:'ve| have) been learning (?:(?:how )?to (?:play|speak|cook|code|draw|paint|use|write|sing|"
-                r"dance|ride|drive|knit|sew) )?" + _OBJ, re.I), "is learning"),
-    (re.compile(r"\bI (?:usually|often|normally|typically|tend to|mostly|generally) "
-                r"(?P<obj>(?!(?:be|am|feel|think|forget|get|say|wonder|need|have|want|know|try|do)\b)"
-                r"[a-z]+(?: [\w'-]+){0,4})", re.I), "usually"),
+    (
+        re.compile(
+            r"\bI(?:'m| am)(?: currently| still)? learning (?:(?:how )?to (?:play|speak|cook|code|draw|paint|"
+            r"use|write|sing|dance|ride|drive|knit|sew) )?" + _OBJ,
+            re.I,
+        ),
+        "is learning",
+    ),
+    (
+        re.compile(
+            r"\bI(?:'ve| have) been learning (?:(?:how )?to (?:play|speak|cook|code|draw|paint|use|write|sing|"
+            r"dance|ride|drive|knit|sew) )?" + _OBJ,
+            re.I,
+        ),
+        "is learning",
+    ),
+    (
+        re.compile(
+            r"\bI (?:usually|often|normally|typically|tend to|mostly|generally) "
+            r"(?P<obj>(?!(?:be|am|feel|think|forget|get|say|wonder|need|have|want|know|try|do)\b)"
+            r"[a-z]+(?: [\w'-]+){0,4})",
+            re.I,
+        ),
+        "usually",
+    ),
     (re.compile(r"\bI (?:drink|eat) (?P<obj>[\w'-]+(?: [\w'-]+){0,3})", re.I), "drinks or eats"),
 ]
 _CUT = re.compile(
@@ -424,13 +551,22 @@ def _clause_signals(clause: str) -> list[Signal]:
     s = _TAG_QUESTION.sub(".", strip_lead_in(clause))  # "I'm a nurse, remember?" states a fact
     if s.rstrip().endswith("?"):
         return []  # a question is not a signal about the user
-    if re.search(r"\b(?:if I were|if I was|I wish|I used to|I would|I'd|pretend|imagine|"
-                 r"my (?:friend|wife|husband|partner|boss|mom|mum|dad|brother|sister|son|daughter|kid|"
-                 r"colleague|coworker|manager|client)s?)\b", s, re.I):
+    if re.search(
+        r"\b(?:if I were|if I was|I wish|I used to|I would|I'd|pretend|imagine|"
+        r"my (?:friend|wife|husband|partner|boss|mom|mum|dad|brother|sister|son|daughter|kid|"
+        r"colleague|coworker|manager|client)s?)\b",
+        s,
+        re.I,
+    ):
         # hypotheticals, past habits and other people's facts are not signals about the user
-        s = re.split(r"\b(?:if I were|if I was|I wish|I used to|I would|I'd|pretend|imagine|my "
-                     r"(?:friend|wife|husband|partner|boss|mom|mum|dad|brother|sister|son|daughter|kid|"
-                     r"colleague|coworker|manager|client)s?)\b", s, maxsplit=1, flags=re.I)[0]
+        s = re.split(
+            r"\b(?:if I were|if I was|I wish|I used to|I would|I'd|pretend|imagine|my "
+            r"(?:friend|wife|husband|partner|boss|mom|mum|dad|brother|sister|son|daughter|kid|"
+            r"colleague|coworker|manager|client)s?)\b",
+            s,
+            maxsplit=1,
+            flags=re.I,
+        )[0]
     found: list[Signal] = []
     seen: set[str] = set()
     for pattern, relation in _WEAK:
@@ -467,7 +603,7 @@ def relation_of(text: str) -> tuple[str, str] | None:
         prefix = template.split("{")[0]
         if relation != "drinks or eats" and text.startswith(prefix):
             if best is None or len(prefix) > len(_RELATION_TEXT[best[0]].split("{")[0]):
-                best = (relation, text[len(prefix):].rstrip("."))
+                best = (relation, text[len(prefix) :].rstrip("."))
     return best
 
 
@@ -479,19 +615,30 @@ _FORGET = re.compile(
     re.IGNORECASE,
 )
 _CHANGES = [
-    re.compile(r"\b(?P<verb>switched|moved|relocated|migrated|changed|converted|transitioned|went|gone|"
-               r"swapped)\s+(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)",
-               re.I),
-    re.compile(r"\bI (?:now |mostly )?(?:use|prefer|drink|eat|like|want|go with|do|read|watch|play)\s+"
-               r"(?P<new>[^,.;!?]+?)\s+(?:now\s+)?instead(?:\s+of\s+(?P<old>[^,.;!?]+))?", re.I),
+    re.compile(
+        r"\b(?P<verb>switched|moved|relocated|migrated|changed|converted|transitioned|went|gone|"
+        r"swapped)\s+(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)",
+        re.I,
+    ),
+    re.compile(
+        r"\bI (?:now |mostly )?(?:use|prefer|drink|eat|like|want|go with|do|read|watch|play)\s+"
+        r"(?P<new>[^,.;!?]+?)\s+(?:now\s+)?instead(?:\s+of\s+(?P<old>[^,.;!?]+))?",
+        re.I,
+    ),
     re.compile(r"\bI used to (?P<old>[^,.;!?]+?),?\s+but\s+(?:now\s+)?(?:I\s+)?(?P<new>[^,.;!?]+)", re.I),
     re.compile(r"\bnot (?P<old>[^,.;!?]+?) any ?more\b[,;:]?\s*(?P<new>[^.;!?]*)", re.I),
     re.compile(r"\b(?:replaced|swapped)\s+(?P<old>[^,.;!?]+?)\s+(?:with|for)\s+(?P<new>[^,.;!?]+)", re.I),
-    re.compile(r"^(?:please\s+)?(?:use|go with|give me|write in|answer in|reply in|stick to)\s+"
-               r"(?P<new>[^,.;!?]+?)\s+instead(?:\s+of\s+(?P<old>[^,.;!?]+))?", re.I),
+    re.compile(
+        r"^(?:please\s+)?(?:use|go with|give me|write in|answer in|reply in|stick to)\s+"
+        r"(?P<new>[^,.;!?]+?)\s+instead(?:\s+of\s+(?P<old>[^,.;!?]+))?",
+        re.I,
+    ),
     re.compile(r"^(?:please\s+)?make (?:that|it|them)\s+(?P<new>[^,.;!?]+)", re.I),
-    re.compile(r"^(?:please\s+)?(?:switch|change|move)\s+(?:everything\s+|it\s+|that\s+|this\s+|them\s+)?"
-               r"(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)", re.I),
+    re.compile(
+        r"^(?:please\s+)?(?:switch|change|move)\s+(?:everything\s+|it\s+|that\s+|this\s+|them\s+)?"
+        r"(?:over\s+|back\s+)?(?:from\s+(?P<old>[^,.;!?]+?)\s+)?to\s+(?P<new>[^,.;!?]+)",
+        re.I,
+    ),
 ]
 _INSTEAD_OF = re.compile(r"\binstead of\s+(?P<old>[^,.;!?]+)", re.I)
 _NEGATIONS = [
@@ -558,8 +705,7 @@ def forget_request(sentence: str) -> str | None:
     if not m:
         return None
     what = m.group("what").strip(" .!")
-    if re.match(r"^(?:it|that|this|all that|what i just said|i said that|the last (?:one|thing|message))$",
-                what, re.I):
+    if re.match(r"^(?:it|that|this|all that|what i just said|i said that|the last (?:one|thing|message))$", what, re.I):
         what = ""
     return what
 
@@ -584,9 +730,7 @@ class _Outcome:
 class RulesPolicy:
     name = "rules"
 
-    def __init__(
-        self, promote_after: int = PROMOTE_AFTER_CONVERSATIONS, fade_after: timedelta = FADE_AFTER
-    ) -> None:
+    def __init__(self, promote_after: int = PROMOTE_AFTER_CONVERSATIONS, fade_after: timedelta = FADE_AFTER) -> None:
         self.promote_after = promote_after
         self.fade_after = fade_after
 
@@ -632,7 +776,7 @@ class RulesPolicy:
         body = strip_lead_in(sentence)
         correction = _CORRECTION.match(body)
         if correction:
-            body = body[correction.end():].strip()
+            body = body[correction.end() :].strip()
             changing = CORRECTED
             if len(words(body)) < 2 or re.match(r"^i(?:'ve| have)? changed my mind\W*$", body, re.I):
                 return [], ""  # "Actually, I've changed my mind." -- the next sentence says how
@@ -655,9 +799,14 @@ class RulesPolicy:
             if changing or _NOW.search(body):
                 contradicted = self._single_valued_conflict(tools, signal.statement)
                 if contradicted is not None:
-                    results.append(tools.update_memory(
-                        contradicted.memory_id, signal.statement + ".", evidence,
-                        f"the user said this changed ({msg.message_id})"))
+                    results.append(
+                        tools.update_memory(
+                            contradicted.memory_id,
+                            signal.statement + ".",
+                            evidence,
+                            f"the user said this changed ({msg.message_id})",
+                        )
+                    )
                     last[conversation] = ("memory", contradicted.memory_id)
                     continue
             statement = self._held_statement(tools, signal)
@@ -692,7 +841,9 @@ class RulesPolicy:
         memory = tools.memories[ref[1]]
         if memory.author != "agent" or not content_words(memory.text) & content_words(text):
             return None
-        return tools.update_memory(memory.memory_id, text, [msg.message_id], f"corrected by the user ({msg.message_id})")
+        return tools.update_memory(
+            memory.memory_id, text, [msg.message_id], f"corrected by the user ({msg.message_id})"
+        )
 
     # ---- changes -----------------------------------------------------------------------
     def _change(self, tools: MemoryTools, msg: Message, change: ChangeSignal, last: dict[str, Ref]) -> list[str]:
@@ -702,8 +853,9 @@ class RulesPolicy:
             statement = _RELATION_TEXT[change.relation].format(obj=change.new, verb="")
             conflict = self._single_valued_conflict(tools, statement)
             if conflict is not None:
-                result = tools.update_memory(conflict.memory_id, statement + ".", evidence,
-                                             f"the user said this changed ({msg.message_id})")
+                result = tools.update_memory(
+                    conflict.memory_id, statement + ".", evidence, f"the user said this changed ({msg.message_id})"
+                )
                 last[msg.conversation_id] = ("memory", conflict.memory_id)
                 return [result]
             held = self._single_valued_hypothesis(tools, statement)
@@ -902,7 +1054,7 @@ class RulesPolicy:
                 if not result.startswith("Refused"):
                     return _Outcome(f"{refusal}\n-> {result}", True, m.memory_id)
         pairs = sorted(
-            ((_relatedness(a.text, b.text), a, b) for i, a in enumerate(agent) for b in agent[i + 1:]),
+            ((_relatedness(a.text, b.text), a, b) for i, a in enumerate(agent) for b in agent[i + 1 :]),
             key=lambda p: -p[0],
         )
         for score, a, b in pairs:
@@ -974,8 +1126,9 @@ def _created_id(result: str) -> str | None:
 
 def _is_standing_change(text: str) -> int:
     """CHANGED when words say a preference replaces an earlier one ("from now on" alone does not)."""
-    return CHANGED * bool(re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b",
-                          text, re.I))
+    return CHANGED * bool(
+        re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b", text, re.I)
+    )
 
 
 def _without_old(clause: str, old: str | None) -> str:

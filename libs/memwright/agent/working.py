@@ -62,7 +62,7 @@ class Hypothesis:
 
     def describe(self) -> str:
         return (
-            f"{self.id} \"{self.statement}\" seen {self.count} time(s) in "
+            f'{self.id} "{self.statement}" seen {self.count} time(s) in '
             f"{len(self.conversations)} conversation(s) ({', '.join(self.conversations)}); "
             f"messages {', '.join(self.message_ids)}; first {self.first_seen}, last {self.last_seen}"
         )
@@ -132,7 +132,7 @@ class WorkingMemory:
         if len(self.transcript) > keep:
             self.transcript = self.transcript[-keep:]
         if len(self.summary) > summary_max:
-            self.summary = "…" + self.summary[-(summary_max - 1):]
+            self.summary = "…" + self.summary[-(summary_max - 1) :]
         excess = self.size() - max_chars
         if excess <= 0:
             return

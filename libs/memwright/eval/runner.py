@@ -340,7 +340,9 @@ def main(argv: list[str]) -> int:
         for finding in findings:
             _say(f"  - {finding}")
     missed = missed_targets(metrics)
-    _say(f"\ntook {time.monotonic() - started:.0f}s; " + ("targets met" if not missed else "missed: " + "; ".join(missed)))
+    _say(
+        f"\ntook {time.monotonic() - started:.0f}s; "
+        + ("targets met" if not missed else "missed: " + "; ".join(missed))
+    )
     print(json.dumps({**metrics, "policy": policy}), flush=True)
     return 1 if args.check and missed else 0
-

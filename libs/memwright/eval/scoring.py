@@ -50,9 +50,7 @@ def _contains_any(text: str, needles: list[str]) -> bool:
 
 def matches(memory: ObservedMemory, item: Remember | Update) -> bool:
     if isinstance(item, Remember):
-        return bool(set(memory.evidence) & set(item.evidence_any)) and _contains_any(
-            memory.text, item.must_contain_any
-        )
+        return bool(set(memory.evidence) & set(item.evidence_any)) and _contains_any(memory.text, item.must_contain_any)
     cited = set(item.old_evidence) | set(item.new_evidence)
     return (
         bool(set(memory.evidence) & cited)
@@ -66,8 +64,7 @@ def update_accurate(memories: list[ObservedMemory], item: Update) -> bool:
     if not current or any(_contains_any(m.text, item.must_not_contain) for m in current):
         return False
     stale = [
-        m for m in memories
-        if set(m.evidence) & set(item.old_evidence) and _contains_any(m.text, item.must_not_contain)
+        m for m in memories if set(m.evidence) & set(item.old_evidence) and _contains_any(m.text, item.must_not_contain)
     ]
     return not stale
 
