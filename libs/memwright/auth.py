@@ -111,9 +111,7 @@ def new_rsa_keypair(kid: str) -> tuple[bytes, dict[str, Any]]:
     """A fresh RSA key: its PEM (PKCS8, for MEMWRIGHT_JWT_PRIVATE_KEY_FILE) and a JWKS holding
     its public half (for MEMWRIGHT_JWT_JWKS_FILE). For local use and tests."""
     key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-    pem = key.private_bytes(
-        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-    )
+    pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
     jwk = json.loads(jwt.algorithms.RSAAlgorithm.to_jwk(key.public_key()))
     return pem, {"keys": [{**jwk, "kid": kid, "use": "sig", "alg": "RS256"}]}
 

@@ -1,107 +1,357 @@
-"""api: memory reads for working agents and users.
+"""api: the memory API for working agents and users.
 
-Every route requires a bearer JWT (memwright.auth); a user token reaches only its own user.
+Every route is declared once in ROUTES with the access it needs; one middleware (`guard`)
+authenticates the bearer JWT (401), applies the per-token rate limit (429), checks the
+scope (403), checks that the token may reach the {user_id} in the path (403) and the
+body size (413) before any handler runs. A route without a declared access is refused
+at start, so a route added later cannot skip authentication. Handlers validate input
+(400) and call the store; the SQL lives in memwright.store.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
 
 import asyncpg
 import structlog
 from aiohttp import web
-
 from memwright import logs, metrics
-from memwright.auth import AuthError, authorize
+from memwright.auth import AuthError, Principal, verify
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
+from memwright.services.api import context, openapi
+from memwright.services.api.limits import RateLimiter
 from memwright.settings import ApiSettings
-from memwright.store import memories
+from memwright.store import erasure, memories, user_writes
 from memwright.store.db import create_pool
 
 log = structlog.get_logger()
 POOL = web.AppKey("pool", asyncpg.Pool)
-USER_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$")
+ACCESS = web.AppKey("access", dict)  # handler -> Access, the route table's policy
+PRINCIPAL = "memwright.principal"
+USER_ID = re.compile(openapi.USER_ID_PATTERN.removesuffix("$") + r"\Z")
+KIND = re.compile(openapi.KIND_PATTERN.removesuffix("$") + r"\Z")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def _error(status: int, reason: str) -> web.Response:
-    return web.json_response({"error": reason}, status=status)
+@dataclass(frozen=True)
+class Access:
+    """What a route needs. scope None: any valid token. A {user_id} in the path: the token must
+    reach that user. service_scope: the scope a service token needs instead (admin for erasure)."""
+
+    scope: str | None
+    service_scope: str | None = None
+
+    def required(self, principal: Principal) -> str | None:
+        return self.service_scope if principal.is_service and self.service_scope else self.scope
 
 
-def _user_id(request: web.Request) -> str:
-    user_id = request.match_info["user_id"]
-    if not USER_ID.match(user_id):
-        raise web.HTTPBadRequest(text='{"error": "user_id must be 1-128 letters, digits, _ . : @ -"}',
-                                 content_type="application/json")
-    return user_id
+class BadRequest(Exception):
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": reason}, status=status, headers=headers)
+
+
+# ---- input -----------------------------------------------------------------------------
+
+
+def _check_string(value: object, name: str, max_chars: int, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise BadRequest(f"{name} must be a string")
+    text = value.strip()
+    if not text and not allow_empty:
+        raise BadRequest(f"{name} must not be empty")
+    if len(text) > max_chars:
+        raise BadRequest(f"{name} is {len(text)} characters; at most {max_chars}")
+    if "\x00" in text:
+        raise BadRequest(f"{name} must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadRequest(f"{name} is not valid Unicode (lone surrogate)") from None
+    return text
+
+
+def _kind(value: object) -> str:
+    if not isinstance(value, str) or not KIND.match(value):
+        raise BadRequest("kind must be 1-32 lowercase letters, digits, _ or -, starting with a letter")
+    return value
 
 
 def _memory_id(request: web.Request) -> uuid.UUID:
     try:
         return uuid.UUID(request.match_info["memory_id"])
     except ValueError:
-        raise web.HTTPBadRequest(text='{"error": "memory_id must be a UUID"}', content_type="application/json") from None
+        raise BadRequest("memory_id must be a UUID") from None
 
 
-def build_app(settings: ApiSettings, pool: asyncpg.Pool) -> web.Application:
+def _if_match(request: web.Request) -> int | None:
+    raw = request.headers.get("If-Match")
+    if raw is None or raw.strip() == "*":
+        return None
+    value = raw.strip().removeprefix("W/").strip('"')
+    if not value.isascii() or not value.isdigit() or not 0 < len(value) < 10:
+        raise BadRequest('If-Match must be the memory\'s ETag, its version in quotes (for example "3")')
+    return int(value)
+
+
+async def _body(request: web.Request, fields: tuple[str, ...]) -> dict[str, Any]:
+    raw = await request.read()  # over client_max_size: HTTPRequestEntityTooLarge, rendered as 413
+    try:
+        body = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        raise BadRequest(f"body is not JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise BadRequest("body must be a JSON object")
+    unknown = sorted(set(body) - set(fields))
+    if unknown:
+        raise BadRequest(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(fields)}")
+    return body
+
+
+def _memory_etag(version: int) -> dict[str, str]:
+    return {"ETag": f'"{version}"'}
+
+
+# ---- the app ---------------------------------------------------------------------------
+
+
+def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | None = None) -> web.Application:
+    limiter = limiter or RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
+    access: dict[Handler, Access] = {}
+    spec = openapi.document(settings)
+
     @web.middleware
-    async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         started = time.monotonic()
-        route = request.match_info.route.resource.canonical if request.match_info.route.resource else "unmatched"
-        status = 500
+        resource = request.match_info.route.resource
+        route = resource.canonical if resource else "unmatched"
         try:
-            try:
-                response = await handler(request)
-            except AuthError as exc:
-                response = exc.response()
-            status = response.status
-            return response
-        except web.HTTPException as exc:
-            status = exc.status
-            raise
-        finally:
-            metrics.API_REQUESTS.labels(route, str(status)).inc()
-            metrics.API_LATENCY.labels(route).observe(time.monotonic() - started)
+            response = await _guarded(request, handler)
+        except AuthError as exc:
+            response = exc.response()
+        except BadRequest as exc:
+            response = _error(400, exc.reason)
+        except user_writes.WriteRefused as exc:
+            response = _error(exc.status, exc.reason)
+        except web.HTTPException as exc:  # 404/405 from the router, 413 from reading the body
+            if exc.status < 400:
+                raise
+            headers = {k: v for k, v in exc.headers.items() if k in ("Allow",)}
+            reason = exc.reason if exc.status != 413 else f"body larger than {settings.max_body_bytes} bytes"
+            response = _error(exc.status, reason, headers)
+        except Exception:
+            log.exception("api_request_failed", route=route, method=request.method)
+            response = _error(500, "internal error; the api log has the details")
+        metrics.API_REQUESTS.labels(route, str(response.status)).inc()
+        metrics.API_LATENCY.labels(route).observe(time.monotonic() - started)
+        return response
+
+    async def _guarded(request: web.Request, handler: Handler) -> web.StreamResponse:
+        match = request.match_info
+        if match.http_exception is not None:
+            raise match.http_exception
+        needs = access.get(match.handler)
+        if needs is None:  # fail closed: never serve a route without a declared access
+            raise AuthError(403, "this route has no access policy")
+        header = request.headers.get("Authorization")
+        principal = verify(settings, header)  # 401: missing, expired, badly signed, wrong issuer or audience
+        wait = limiter.take(header or "")
+        if wait > 0:
+            return _error(
+                429,
+                f"rate limit of {settings.rate_limit_per_s:g} requests/s for this token; retry later",
+                {"Retry-After": limiter.retry_after(wait)},
+            )
+        scope = needs.required(principal)
+        if scope is not None and not principal.has_scope(scope):
+            raise AuthError(403, f"token lacks scope {scope}")
+        if "user_id" in match:
+            user_id = match["user_id"]
+            if not USER_ID.match(user_id):
+                raise BadRequest("user_id must be 1-128 letters, digits, _ . : @ -, starting with a letter or digit")
+            if not principal.may_access(user_id):  # tenant isolation
+                raise AuthError(403, "token may not access this user's data")
+        if request.content_length is not None and request.content_length > settings.max_body_bytes:
+            return _error(413, f"body larger than {settings.max_body_bytes} bytes")
+        request[PRINCIPAL] = principal
+        return await handler(request)
+
+    # ---- reads -------------------------------------------------------------------------
+
+    async def get_openapi(request: web.Request) -> web.Response:
+        return web.json_response(spec)
 
     async def list_memories(request: web.Request) -> web.Response:
-        user_id = _user_id(request)
-        authorize(settings, request, "memories:read", user_id)
+        user_id = request.match_info["user_id"]
         items, etag = await memories.list_previews(pool, user_id)
         if request.headers.get("If-None-Match") == etag:
             return web.Response(status=304, headers={"ETag": etag})
         return web.json_response({"user_id": user_id, "memories": items}, headers={"ETag": etag})
 
+    async def get_context(request: web.Request) -> web.Response:
+        user_id = request.match_info["user_id"]
+        fmt = request.query.get("format", "json")
+        if fmt not in ("json", "text"):
+            raise BadRequest("format must be json or text")
+        items, list_etag = await memories.list_previews(pool, user_id)
+        etag = context.block_etag(list_etag)
+        if request.headers.get("If-None-Match") == etag:
+            return web.Response(status=304, headers={"ETag": etag})
+        block = context.render_block(user_id, items)
+        tokens = context.estimate_tokens(block)
+        headers = {"ETag": etag, "X-Token-Estimate": str(tokens)}
+        if fmt == "text":
+            return web.Response(text=block, content_type="text/plain", headers=headers)
+        path = context.memory_path(user_id)
+        return web.json_response(
+            {
+                "user_id": user_id,
+                "memory_count": len(items),
+                "block": block,
+                "token_estimate": tokens,
+                "token_estimate_method": context.TOKEN_ESTIMATE_METHOD,
+                "fetch": {"memory": path, "history": path + "/history"},
+            },
+            headers=headers,
+        )
+
     async def get_memory(request: web.Request) -> web.Response:
-        user_id = _user_id(request)
-        memory_id = _memory_id(request)
-        authorize(settings, request, "memories:read", user_id)
+        user_id, memory_id = request.match_info["user_id"], _memory_id(request)
         found = await memories.get_with_receipts(pool, user_id, memory_id)
         if found is None:
             return _error(404, f"no memory {memory_id} for this user")
-        return web.json_response(found)
+        return web.json_response(found, headers=_memory_etag(found["version"]))
 
     async def memory_history(request: web.Request) -> web.Response:
-        user_id = _user_id(request)
-        memory_id = _memory_id(request)
-        authorize(settings, request, "memories:read", user_id)
-        return web.json_response({"memory_id": str(memory_id), "history": await memories.history(pool, user_id, memory_id)})
+        user_id, memory_id = request.match_info["user_id"], _memory_id(request)
+        entries = await memories.history(pool, user_id, memory_id)
+        if not entries and await memories.get_with_receipts(pool, user_id, memory_id) is None:
+            return _error(404, f"no memory and no history {memory_id} for this user")
+        return web.json_response({"memory_id": str(memory_id), "history": entries})
 
     async def list_hypotheses(request: web.Request) -> web.Response:
-        user_id = _user_id(request)
-        authorize(settings, request, "memories:read", user_id)
+        user_id = request.match_info["user_id"]
         return web.json_response({"user_id": user_id, "hypotheses": await memories.hypotheses(pool, user_id)})
 
-    app = web.Application(middlewares=[observe], client_max_size=64 * 1024)
+    async def export_user(request: web.Request) -> web.Response:
+        user_id = request.match_info["user_id"]
+        async with pool.acquire() as conn:
+            document = await erasure.export(conn, user_id)
+        return web.json_response(
+            document, headers={"Content-Disposition": f'attachment; filename="memwright-export-{user_id}.json"'}
+        )
+
+    # ---- writes by the user ------------------------------------------------------------
+
+    async def create_memory(request: web.Request) -> web.Response:
+        user_id = request.match_info["user_id"]
+        body = await _body(request, ("text", "kind", "reason"))
+        if "text" not in body:
+            raise BadRequest("text is required")
+        text = _check_string(body["text"], "text", settings.max_memory_chars)
+        kind = _kind(body.get("kind", "preference"))
+        reason = _check_string(body.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
+        async with pool.acquire() as conn:
+            created = await user_writes.create(
+                conn,
+                user_id,
+                text,
+                kind,
+                request[PRINCIPAL].subject,
+                reason or "written by the user",
+                settings.user_memory_limit,
+            )
+        location = context.memory_path(user_id, created["id"])
+        return web.json_response(
+            created, status=201, headers={"Location": location, **_memory_etag(created["version"])}
+        )
+
+    async def patch_memory(request: web.Request) -> web.Response:
+        user_id, memory_id = request.match_info["user_id"], _memory_id(request)
+        expected = _if_match(request)
+        body = await _body(request, ("text", "kind", "reason"))
+        if "text" not in body and "kind" not in body:
+            raise BadRequest("send text, kind or both")
+        text = _check_string(body["text"], "text", settings.max_memory_chars) if "text" in body else None
+        kind = _kind(body["kind"]) if "kind" in body else None
+        reason = _check_string(body.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
+        async with pool.acquire() as conn:
+            updated = await user_writes.update(
+                conn,
+                user_id,
+                memory_id,
+                text,
+                kind,
+                expected,
+                request[PRINCIPAL].subject,
+                reason or "edited by the user",
+            )
+        found = await memories.get_with_receipts(pool, user_id, memory_id)
+        return web.json_response(found or updated, headers=_memory_etag(updated["version"]))
+
+    async def delete_memory(request: web.Request) -> web.Response:
+        user_id, memory_id = request.match_info["user_id"], _memory_id(request)
+        expected = _if_match(request)
+        reason = _check_string(request.query.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
+        async with pool.acquire() as conn:
+            deleted = await user_writes.delete(
+                conn, user_id, memory_id, expected, request[PRINCIPAL].subject, reason or "deleted by the user"
+            )
+        return web.json_response(deleted)
+
+    async def erase_user(request: web.Request) -> web.Response:
+        user_id = request.match_info["user_id"]
+        async with pool.acquire() as conn:
+            record = await erasure.erase(conn, user_id, request[PRINCIPAL].subject)
+        log.info("user_erased", erasure_id=record["erasure_id"], requested_by=record["requested_by"])
+        return web.json_response(record)
+
+    # ---- the route table: every route with its access ---------------------------------
+
+    read, write = Access("memories:read"), Access("memories:write")
+    routes: list[tuple[str, str, Handler, Access]] = [
+        ("GET", "/v1/openapi.json", get_openapi, Access(None)),
+        ("GET", "/v1/users/{user_id}/memories", list_memories, read),
+        ("POST", "/v1/users/{user_id}/memories", create_memory, write),
+        ("GET", "/v1/users/{user_id}/context", get_context, read),
+        ("GET", "/v1/users/{user_id}/memories/{memory_id}", get_memory, read),
+        ("PATCH", "/v1/users/{user_id}/memories/{memory_id}", patch_memory, write),
+        ("DELETE", "/v1/users/{user_id}/memories/{memory_id}", delete_memory, write),
+        ("GET", "/v1/users/{user_id}/memories/{memory_id}/history", memory_history, read),
+        ("GET", "/v1/users/{user_id}/hypotheses", list_hypotheses, read),
+        ("GET", "/v1/users/{user_id}/export", export_user, Access("memories:read", service_scope="admin")),
+        ("DELETE", "/v1/users/{user_id}", erase_user, Access("memories:write", service_scope="admin")),
+    ]
+    app = web.Application(middlewares=[guard], client_max_size=settings.max_body_bytes)
     app[POOL] = pool
-    app.router.add_get("/v1/users/{user_id}/memories", list_memories)
-    app.router.add_get("/v1/users/{user_id}/memories/{memory_id}", get_memory)
-    app.router.add_get("/v1/users/{user_id}/memories/{memory_id}/history", memory_history)
-    app.router.add_get("/v1/users/{user_id}/hypotheses", list_hypotheses)
+    app[ACCESS] = access
+    for method, path, handler, needs in routes:
+        access[handler] = needs
+        if method == "GET":
+            app.router.add_get(path, handler)  # and HEAD
+        else:
+            app.router.add_route(method, path, handler)
+    undeclared = [r for r in app.router.routes() if r.handler not in access]
+    if undeclared:
+        raise RuntimeError(f"routes without an access policy: {undeclared}")
     return app
+
+
+def route_access(app: web.Application) -> dict[tuple[str, str], Access]:
+    """(method, path) -> Access of every route, for the route-table security test."""
+    table = app[ACCESS]
+    return {(r.method, r.resource.canonical): table[r.handler] for r in app.router.routes() if r.resource}
 
 
 async def serve(settings: ApiSettings, stop: asyncio.Event) -> None:

@@ -1,4 +1,9 @@
-"""Reads for the api: previews, one memory with its receipts, its audit trail, hypotheses."""
+"""Reads for the api: previews, one memory with its receipts, its audit trail, hypotheses.
+
+Every statement has the user id in its WHERE clause (tenant isolation): a memory id alone
+never reaches another user's data. Writes by the user are in user_writes.py; export and
+erasure in erasure.py.
+"""
 
 from __future__ import annotations
 
@@ -15,7 +20,10 @@ def preview(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1].rstrip() + "…"
 
 
-async def list_previews(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> tuple[list[dict[str, Any]], str]:
+Conn = asyncpg.Connection | asyncpg.Pool
+
+
+async def list_previews(conn: Conn, user_id: str) -> tuple[list[dict[str, Any]], str]:
     """All of a user's memories as previews, in a stable order, and an ETag for the set."""
     rows = await conn.fetch(
         """SELECT memory_id, author, kind, text, version, updated_at FROM memories
@@ -37,11 +45,12 @@ async def list_previews(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -
     return items, f'"{etag}"'
 
 
-async def get_with_receipts(conn: asyncpg.Connection | asyncpg.Pool, user_id: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
+async def get_with_receipts(conn: Conn, user_id: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
     row = await conn.fetchrow(
         """SELECT memory_id, author, kind, text, version, created_at, updated_at FROM memories
            WHERE memory_id = $1 AND user_id = $2""",  # tenant isolation: user id always in the key
-        memory_id, user_id,
+        memory_id,
+        user_id,
     )
     if row is None:
         return None
@@ -49,7 +58,8 @@ async def get_with_receipts(conn: asyncpg.Connection | asyncpg.Pool, user_id: st
         """SELECT m.message_id, m.conversation_id, m.project_id, m.text, m.sent_at, m.accepted_at
            FROM memory_evidence e JOIN messages m ON m.user_id = e.user_id AND m.message_id = e.message_id
            WHERE e.memory_id = $1 AND e.user_id = $2 ORDER BY m.seq""",
-        memory_id, user_id,
+        memory_id,
+        user_id,
     )
     return {
         "id": str(row["memory_id"]),
@@ -72,27 +82,31 @@ async def get_with_receipts(conn: asyncpg.Connection | asyncpg.Pool, user_id: st
     }
 
 
-async def history(conn: asyncpg.Connection | asyncpg.Pool, user_id: str, memory_id: uuid.UUID) -> list[dict[str, Any]]:
+async def history(conn: Conn, user_id: str, memory_id: uuid.UUID) -> list[dict[str, Any]]:
+    """Every audit row of the memory, oldest first; erased rows are tombstones (no content)."""
     rows = await conn.fetch(
-        """SELECT audit_id, action, actor, run_id, before, after, evidence, reason, at FROM memory_audit
-           WHERE memory_id = $1 AND user_id = $2 ORDER BY audit_id""",
-        memory_id, user_id,
+        """SELECT audit_id, action, actor, principal, run_id, before, after, evidence, reason, at, erased_at
+           FROM memory_audit WHERE memory_id = $1 AND user_id = $2 ORDER BY audit_id""",
+        memory_id,
+        user_id,
     )
     return [
         {
             "action": r["action"],
             "actor": r["actor"],
+            "principal": r["principal"],
             "run_id": str(r["run_id"]) if r["run_id"] else None,
             "before": r["before"],
             "after": r["after"],
             "evidence": list(r["evidence"]),
             "reason": r["reason"],
             "at": r["at"].isoformat(),
+            "erased_at": r["erased_at"].isoformat() if r["erased_at"] else None,
         }
         for r in rows
     ]
 
 
-async def hypotheses(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> list[dict[str, Any]]:
+async def hypotheses(conn: Conn, user_id: str) -> list[dict[str, Any]]:
     value = await conn.fetchval("SELECT hypotheses FROM agent_state WHERE user_id = $1", user_id)
     return list(value or [])

@@ -99,9 +99,7 @@ async def create(
         await conn.execute(ENSURE_AGENT, user_id)
         await conn.execute(LOCK_USER, user_id)  # serialises this user's writes, so the limit below is exact
         if await conn.fetchval(COUNT_USER_WRITTEN, user_id) >= limit:
-            raise WriteRefused(
-                409, f"this user already wrote {limit} memories, the limit; edit or delete one instead"
-            )
+            raise WriteRefused(409, f"this user already wrote {limit} memories, the limit; edit or delete one instead")
         row = await conn.fetchrow(INSERT_USER_MEMORY, memory_id, user_id, kind, text)
         await conn.execute(AUDIT, memory_id, user_id, "create", None, _snapshot(row), reason, principal)
         await conn.execute(OUTBOX, memory_id, user_id)
@@ -130,7 +128,10 @@ async def update(
                 "Delete it (DELETE) and write your own (POST) instead.",
             )
         row = await conn.fetchrow(
-            UPDATE_USER_MEMORY, memory_id, user_id, text if text is not None else current["text"],
+            UPDATE_USER_MEMORY,
+            memory_id,
+            user_id,
+            text if text is not None else current["text"],
             kind if kind is not None else current["kind"],
         )
         await conn.execute(AUDIT, memory_id, user_id, "update", _snapshot(current), _snapshot(row), reason, principal)
