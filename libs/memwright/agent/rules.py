@@ -663,6 +663,7 @@ class ChangeSignal:
     new: str | None
     clause: str
     relation: str | None = None  # "lives in" for "I moved to Lisbon"
+    new_relation: str | None = None  # the relation the new value was stated with ("I eat fish" -> eats)
 
 
 def change_signal(sentence: str) -> ChangeSignal | None:
@@ -678,7 +679,7 @@ def change_signal(sentence: str) -> ChangeSignal | None:
             relation = new_relation or old_relation
             if (m.groupdict().get("verb") or "").lower() in ("moved", "relocated"):
                 relation = "lives in"
-            return ChangeSignal(old, new, s, relation)
+            return ChangeSignal(old, new, s, relation, new_relation)
     for pattern in _NEGATIONS:
         m = pattern.search(s)
         if m:
@@ -813,7 +814,7 @@ class RulesPolicy:
             if self._duplicate(tools, statement) is not None:
                 results.append(f"Already remembered: {statement}.")
                 continue
-            results.append(tools.note_hypothesis(statement, evidence))
+            results.append(_note(tools, statement, evidence))
             last[conversation] = ("hypothesis", hypothesis_id(statement))
         if not results and correction:
             return [], body  # a correction we could not place: the next sentence may complete it
@@ -863,7 +864,7 @@ class RulesPolicy:
                 target = ("hypothesis", held.id)
                 parsed = relation_of(held.statement)
                 old_value = parsed[1] if parsed else None
-                change = ChangeSignal(old_value, change.new, change.clause, change.relation)
+                change = ChangeSignal(old_value, change.new, change.clause, change.relation, change.new_relation)
         if target is None:
             target = self._target(tools, change.old or "", change.new, require_old=bool(change.old))
         if target is None and change.old is None and change.new is not None:
@@ -885,7 +886,7 @@ class RulesPolicy:
         results = [tools.drop_hypothesis(tid, f"contradicted by {msg.message_id}")]
         if change.new:
             statement = self._changed_text(hypothesis.statement, change).rstrip(".")
-            results.append(tools.note_hypothesis(statement, evidence))
+            results.append(_note(tools, statement, evidence))
             last[msg.conversation_id] = ("hypothesis", hypothesis_id(statement))
         return results
 
@@ -910,6 +911,9 @@ class RulesPolicy:
         text = old_text.rstrip(".")
         if not change.new:
             return as_memory(change.clause)
+        old_relation = relation_of(old_text)
+        if change.new_relation and old_relation and old_relation[0] != change.new_relation:
+            return as_memory(change.clause)  # "not vegan anymore, I eat fish now": not a new value of "is"
         new = change.new
         if change.old and re.search(rf"\b{re.escape(change.old)}\b", text, re.I):
             return re.sub(rf"\b{re.escape(change.old)}\b", new, text, flags=re.I) + "."
@@ -1071,7 +1075,7 @@ class RulesPolicy:
             return _Outcome(f"{refusal}\n-> {consolidated}\n-> {result}", ok, _created_id(result) if ok else None)
         # Nothing overlaps: never evict. Hold it as a hypothesis so nothing is lost.
         for mid in evidence:
-            tools.note_hypothesis(text.rstrip("."), [mid])
+            _note(tools, text.rstrip("."), [mid])
         return _Outcome(refusal, False)
 
     def _promote(self, tools: MemoryTools) -> list[str]:
@@ -1106,6 +1110,20 @@ class RulesPolicy:
             counts[c.action] = counts.get(c.action, 0) + 1
         done = ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "no memory change"
         return f"{len(new_messages)} message(s) in {', '.join(conversations)}: {done}."
+
+
+def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
+    """note_hypothesis; when working memory has no room, let the oldest hypothesis seen only once
+    fade (through drop_hypothesis) and try once more."""
+    result = tools.note_hypothesis(statement, evidence)
+    if not result.startswith("Refused: Working memory has no room"):
+        return result
+    once = [h for h in tools.working.hypotheses if h.count == 1 and h.id != hypothesis_id(statement)]
+    if not once:
+        return result
+    oldest = min(once, key=lambda h: h.last_seen)
+    dropped = tools.drop_hypothesis(oldest.id, "making room: the oldest hypothesis seen only once")
+    return f"{result}\n-> {dropped}\n-> {tools.note_hypothesis(statement, evidence)}"
 
 
 def _relatedness(a: str, b: str) -> float:

@@ -184,8 +184,8 @@ class MemoryTools:
 
     def note_hypothesis(self, statement: str, evidence: list[str]) -> str:
         problem = self._check_text(statement) or self._check_evidence(evidence)
-        if not problem and self.working.find(hypothesis_id(statement)) is None:
-            problem = self._check_hypothesis_room()
+        if not problem:
+            problem = self._check_hypothesis_room(statement, evidence)
         if problem:
             return self._refuse("note_hypothesis", problem)
         h = None
@@ -218,13 +218,18 @@ class MemoryTools:
             return f"Memory {memory_id} was written by the user; you can read it but not {verb} it."
         return None
 
-    def _check_hypothesis_room(self) -> str | None:
-        """Compaction never drops a hypothesis (invariant 8), so their number is bounded here."""
+    def _check_hypothesis_room(self, statement: str, evidence: list[str]) -> str | None:
+        """Compaction never drops a hypothesis (invariant 8), so their room is bounded here: a
+        note that would take the hypotheses past HYPOTHESES_MAX or HYPOTHESES_MAX_CHARS is refused."""
         held = len(self.working.hypotheses)
-        if held >= HYPOTHESES_MAX or self.working.hypotheses_chars() >= HYPOTHESES_MAX_CHARS:
+        new = self.working.find(hypothesis_id(statement)) is None
+        observations = [(self.shown[m].conversation_id, m, self.shown[m].accepted_at.isoformat()) for m in evidence]
+        if (new and held >= HYPOTHESES_MAX) or self.working.hypotheses_chars_after(
+            statement, observations
+        ) > HYPOTHESES_MAX_CHARS:
             return (
-                f"Working memory already holds {held} hypotheses, its limit. Promote the ones that "
-                "repeated (create_memory), or drop_hypothesis stale or contradicted ones, then note this."
+                f"Working memory has no room for this: it holds {held} hypotheses, its limit. Promote the ones "
+                "that repeated (create_memory), or drop_hypothesis stale or contradicted ones, then note this."
             )
         return None
 

@@ -16,6 +16,7 @@ bounds how many hypotheses there can be (HYPOTHESES_MAX, HYPOTHESES_MAX_CHARS).
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from dataclasses import asdict, dataclass, field
@@ -26,8 +27,8 @@ TRANSCRIPT_KEEP = 50  # transcript entries kept at most (one per run)
 SUMMARY_MAX = 2000  # characters of running summary kept at most
 WORKING_MAX_CHARS = 64_000  # size budget of the whole working memory, serialised as JSON
 HYPOTHESES_MAX = 100  # live hypotheses at most; note_hypothesis refuses a new one beyond
-HYPOTHESES_MAX_CHARS = WORKING_MAX_CHARS // 2  # ... or when they would take more room than this
-HYPOTHESIS_MESSAGES_MAX = 20  # message ids kept per hypothesis (the count keeps counting)
+HYPOTHESES_MAX_CHARS = WORKING_MAX_CHARS * 3 // 4  # ... or a note that would take them past this
+HYPOTHESIS_MESSAGES_MAX = 20  # message and conversation ids kept per hypothesis (the count keeps counting)
 FADE_AFTER = timedelta(days=30)  # a hypothesis not seen again within this horizon fades
 
 
@@ -55,7 +56,7 @@ class Hypothesis:
         self.count += 1
         if len(self.message_ids) < HYPOTHESIS_MESSAGES_MAX:
             self.message_ids.append(message_id)
-        if conversation_id not in self.conversations:
+        if conversation_id not in self.conversations and len(self.conversations) < HYPOTHESIS_MESSAGES_MAX:
             self.conversations.append(conversation_id)
         self.first_seen = min(self.first_seen, at)
         self.last_seen = max(self.last_seen, at)
@@ -105,6 +106,14 @@ class WorkingMemory:
     def hypotheses_chars(self) -> int:
         return _size(self.hypotheses_json())
 
+    def hypotheses_chars_after(self, statement: str, observations: list[tuple[str, str, str]]) -> int:
+        """What hypotheses_chars() would be after noting `statement` with (conversation, message, at)
+        observations; the tool layer refuses a note that would not fit."""
+        probe = WorkingMemory(hypotheses=copy.deepcopy(self.hypotheses))
+        for conversation_id, message_id, at in observations:
+            probe.note(statement, conversation_id, message_id, at)
+        return probe.hypotheses_chars()
+
     def stale(self, now: datetime, horizon: timedelta = FADE_AFTER) -> list[Hypothesis]:
         """Hypotheses last seen longer than `horizon` before `now`: the agent lets them fade
         (with drop_hypothesis, so the transcript says so). Compaction never does this."""
@@ -130,9 +139,9 @@ class WorkingMemory:
         the transcript and summary are emptied and every hypothesis stays.
         """
         if len(self.transcript) > keep:
-            self.transcript = self.transcript[-keep:]
+            self.transcript = self.transcript[len(self.transcript) - keep :]
         if len(self.summary) > summary_max:
-            self.summary = "…" + self.summary[-(summary_max - 1) :]
+            self.summary = ("…" + self.summary[len(self.summary) - summary_max + 1 :])[:summary_max]
         excess = self.size() - max_chars
         if excess <= 0:
             return

@@ -1,0 +1,313 @@
+"""The offline rules policy over the real tool layer, one run per conversation as in the curator
+(working memory saved and reloaded between runs): the high bar, varied phrasing, hypotheses that
+graduate only across conversations, changes and corrections, forgetting, the budget, fading."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from memwright.agent import tools as tools_module
+from memwright.agent.rules import RulesPolicy
+from memwright.agent.tools import Memory
+from memwright.agent.working import WorkingMemory
+from memwright.eval.dataset import Conversation, EvalMessage, UserCase
+from memwright.eval.offline import run_user
+
+from tests.fakes.agent import T0, make_tools, memory, msg
+
+
+async def remember(*conversations: list[str], budget: int | None = None) -> tuple[list[Memory], WorkingMemory]:
+    """Run the policy over conversations c1, c2, ... (messages m1, m2, ... across them)."""
+    n = 0
+    convs = []
+    for i, texts in enumerate(conversations):
+        messages = []
+        for t in texts:
+            n += 1
+            at = (T0 + timedelta(days=i, minutes=n)).isoformat()
+            messages.append(EvalMessage(f"m{n}", t, at))
+        convs.append(Conversation(f"c{i + 1}", messages))
+    return await run_user(RulesPolicy(), UserCase("alice", convs, budget=budget))
+
+
+# ---- explicit preferences: remembered at once, in ordinary phrasing ---------------------
+
+EXPLICIT = [
+    ("Always answer in metric units.", "metric"),
+    ("Please don't use emojis in your answers, they look unprofessional.", "emoji"),
+    ("From now on, reply in Spanish please.", "spanish"),
+    ("I prefer tabs over spaces for indentation.", "tabs"),
+    ("Going forward, keep your answers short.", "short"),
+    ("Just so you know, I'm allergic to peanuts.", "peanut"),
+    ("My name is Dario, by the way.", "dario"),
+    ("I'd rather you didn't sugarcoat feedback on my writing.", "sugarcoat"),
+    ("Keep in mind that I'm colorblind, so don't rely on red and green.", "colorblind"),
+    ("I hate it when you start answers with 'Great question!'", "great question"),
+    ("Never recommend Medium articles to me, they're always paywalled.", "medium"),
+    ("Can you always put the TL;DR at the top?", "tl;dr"),
+    ("Could you stop ending every reply with a question?", "question"),
+    ("Whenever you show shell commands, assume zsh on macOS.", "zsh"),
+    ("Answer me in plain English from here on, no jargon.", "plain english"),
+    ("btw I'm left-handed, keep that in mind when you suggest desk setups", "left-handed"),
+    ("For the record, my pronouns are they/them.", "they/them"),
+    ("I'd love it if you always added a one-line summary at the end.", "summary"),
+    ("Don't ever recommend Amazon, I boycott it.", "amazon"),
+    ("Dark mode everything, always.", "dark mode"),
+]
+
+
+@pytest.mark.parametrize(("sentence", "keyword"), EXPLICIT)
+async def test_an_explicit_preference_becomes_a_memory_in_the_same_run(sentence: str, keyword: str) -> None:
+    memories, _ = await remember([sentence, "What's the weather like in Oslo?"])
+    assert [(keyword in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
+
+
+ONE_OFFS = [
+    "I prefer the second option.",
+    "For this email, always use a formal tone.",
+    "Can you make it a bit shorter?",
+    "I'm so tired today.",
+    "My wife is vegetarian, what should I cook for her birthday?",
+    "Do you always answer in English?",
+    "I'd like a summary of this report.",
+    "Please translate this paragraph into German.",
+    "If I were a lawyer, how would I read this contract?",
+    "My boss uses Excel for everything.",
+    "I'm not sure which laptop to buy.",
+    "Why does this loop never terminate?",
+    "I don't always use vim.",
+    "I never know what to cook.",
+]
+
+
+@pytest.mark.parametrize("sentence", ONE_OFFS)
+async def test_a_one_off_is_forgotten(sentence: str) -> None:
+    memories, working = await remember([sentence], [sentence.replace("today", "again")])
+    assert memories == []
+    assert all(len(h.conversations) < 2 for h in working.hypotheses)
+
+
+# ---- weak signals: hypotheses that graduate only across conversations ---------------------
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "keyword"),
+    [
+        (
+            "I'm a data scientist, mostly working with pandas.",
+            "I'm a data scientist so I care about tests.",
+            "data scientist",
+        ),
+        ("I've been using Neovim for years.", "I use Neovim, so give me Lua config.", "neovim"),
+        ("I'm really into bouldering, it's how I unwind.", "I love bouldering even though my arms hurt.", "bouldering"),
+        ("We use Postgres at work for everything.", "Our team uses Postgres 16, does it support MERGE?", "postgres"),
+        (
+            "I live in Lisbon, so Portuguese bureaucracy matters.",
+            "I'm based in Lisbon, any coworking spaces?",
+            "lisbon",
+        ),
+        ("My favourite language is Rust, honestly.", "I love Rust. The compiler is so helpful.", "rust"),
+        ("I usually cycle to work.", "Will it rain tomorrow? I usually cycle to work.", "cycle"),
+        ("I'm learning to play the cello.", "I'm learning the cello, any beginner pieces?", "cello"),
+        ("I drink way too much espresso.", "I drink way too much espresso, is that bad?", "espresso"),
+        ("I mainly write Go these days.", "I mainly write Go, so show me Go examples.", "go"),
+    ],
+)
+async def test_a_weak_signal_graduates_once_seen_in_two_conversations(first: str, second: str, keyword: str) -> None:
+    memories, working = await remember([first], ["What's a good name for a cat?"])
+    assert memories == [] and len(working.hypotheses) >= 1  # held, not remembered
+    memories, working = await remember([first], [second])
+    [m] = memories
+    assert keyword in m.text.lower()
+    assert m.evidence == ["m1", "m2"]  # every observation is a receipt
+    assert all(keyword not in h.statement.lower() for h in working.hypotheses)  # promoted, so dropped
+
+
+async def test_repetition_inside_one_conversation_stays_a_hypothesis() -> None:
+    memories, working = await remember(
+        ["I'm a teacher.", "Grading papers all weekend.", "As I said, I'm a teacher, summer is my break."],
+        ["What's a good board game for four players?"],
+    )
+    assert memories == []
+    [h] = working.hypotheses
+    assert (h.statement, h.count, h.conversations, h.message_ids) == ("User is a teacher", 2, ["c1"], ["m1", "m3"])
+
+
+async def test_a_hypothesis_that_does_not_repeat_within_the_horizon_fades() -> None:
+    tools = make_tools([msg("m1", "I like jazz.", at=T0)])
+    await RulesPolicy().run(tools, list(tools.shown.values()))
+    assert len(tools.working.hypotheses) == 1
+    later = make_tools(
+        [msg("m2", "What's the capital of Peru?", "c2", at=T0 + timedelta(days=31))], working=tools.working
+    )
+    results = await RulesPolicy(fade_after=timedelta(days=30)).run(later, list(later.shown.values()))
+    assert later.working.hypotheses == []
+    assert any("faded" in r for r in results)
+
+
+# ---- changes, corrections, forgetting -----------------------------------------------------
+
+
+async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_adding_one() -> None:
+    memories, _ = await remember(
+        ["Remember that I drink coffee every morning."], ["Actually I switched to tea, coffee wrecked my sleep."]
+    )
+    [m] = memories
+    assert m.text == "User drinks tea every morning." and m.evidence == ["m1", "m2"] and m.version == 2
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "present", "absent"),
+    [
+        ("From now on, answer in French.", "Change of plans: please answer in German from now on.", "german", "french"),
+        (
+            "Please use imperial units, I'm in the US.",
+            "I moved to Canada, so switch to metric from now on.",
+            "metric",
+            "imperial",
+        ),
+        (
+            "Always show temperatures in Fahrenheit.",
+            "Actually, switch everything to Celsius instead of Fahrenheit.",
+            "celsius",
+            "fahrenheit",
+        ),
+        (
+            "Never put semicolons in my JavaScript.",
+            "Okay, I've changed my mind. Semicolons are fine, please always add them.",
+            "semicolons are fine",
+            "never",
+        ),
+        (
+            "Always respond in bullet points, I skim.",
+            "Scratch that, I want full paragraphs from now on.",
+            "paragraphs",
+            "bullet",
+        ),
+        (
+            "Please write all code in Python 3, never Python 2.",
+            "Actually make that Ruby, I switched jobs.",
+            "ruby",
+            "python",
+        ),
+        (
+            "I'd prefer that you use SI units everywhere.",
+            "Actually, use imperial instead, my team is in Texas.",
+            "imperial",
+            " si ",
+        ),
+    ],
+)
+async def test_a_later_contradicting_preference_updates_the_memory(
+    before: str, after: str, present: str, absent: str
+) -> None:
+    memories, _ = await remember([before], [after])
+    [m] = memories
+    assert present in m.text.lower() and absent not in f" {m.text.lower()} "
+    assert m.evidence == ["m1", "m2"]
+
+
+async def test_a_correction_in_the_same_message_completes_the_sentence_before() -> None:
+    memories, _ = await remember(
+        ["Always format dates as DD/MM/YYYY.", "Sorry, I meant YYYY-MM-DD, the ISO format. Always use that."]
+    )
+    [m] = memories
+    assert "YYYY-MM-DD" in m.text and "DD/MM" not in m.text and m.evidence == ["m1", "m2"]
+
+
+async def test_a_weak_fact_that_changes_updates_the_graduated_memory() -> None:
+    memories, _ = await remember(
+        ["I live in Berlin."], ["I live in Berlin, so my timezone is CET."], ["I moved to Amsterdam last month."]
+    )
+    [m] = memories
+    assert m.text == "User lives in Amsterdam." and m.evidence == ["m1", "m2", "m3"]
+
+
+async def test_i_no_longer_rewrites_the_memory_in_the_users_words() -> None:
+    memories, _ = await remember(
+        ["I'm vegan, so keep recipes plant-based."],
+        ["I'm vegan, what has B12?"],
+        ["I'm not vegan anymore, I eat fish now."],
+    )
+    [m] = memories
+    assert "not vegan anymore" in m.text and m.evidence == ["m1", "m2", "m3"]
+
+
+async def test_forget_that_deletes_the_memory_and_cites_the_request() -> None:
+    tools = make_tools([msg("m1", "Remember that I'm training for the Berlin marathon.")])
+    await RulesPolicy().run(tools, list(tools.shown.values()))
+    [created] = tools.memories.values()
+    later = make_tools([msg("m2", "Please forget that I'm training for the marathon, I'm injured.", "c2")], [created])
+    await RulesPolicy().run(later, list(later.shown.values()))
+    assert later.memories == {}
+    [delete] = later.changes
+    assert (delete.action, delete.evidence) == ("delete", ["m2"]) and "forget" in delete.reason
+
+
+async def test_a_restatement_adds_evidence_instead_of_a_second_memory() -> None:
+    memories, _ = await remember(["Please always cite your sources."], ["Always cite your sources, with links."])
+    [m] = memories
+    assert m.text == "Always cite your sources, with links." and m.evidence == ["m1", "m2"]
+
+
+# ---- the budget: handled through the tools, never by eviction -----------------------------
+
+
+async def test_at_the_budget_a_related_preference_is_folded_into_a_memory() -> None:
+    memories, _ = await remember(
+        ["Always answer in British English.", "Never use emojis.", "From now on, keep answers under 200 words."],
+        ["Please don't use bullet points, I prefer flowing prose."],
+        budget=3,
+    )
+    assert len(memories) == 3
+    folded = next(m for m in memories if "bullet" in m.text)
+    assert "emoji" in folded.text and folded.evidence == ["m2", "m4"]
+
+
+async def test_at_the_budget_the_two_most_related_memories_are_consolidated_to_make_room() -> None:
+    tools = make_tools(
+        [msg("m9", "Always give temperatures in Celsius.")],
+        [
+            memory("Always answer in metric units.", evidence=["m1"]),
+            memory("Give distances in kilometres, not miles.", evidence=["m2"]),
+            memory("I am allergic to nuts.", author="user"),
+        ],
+        budget=2,
+    )
+    await RulesPolicy().run(tools, list(tools.shown.values()))
+    actions = [c.action for c in tools.changes]
+    assert tools.agent_memory_count() <= 2
+    # nothing is evicted: the only deletions are the sources of a consolidation
+    assert all(c.action != "delete" or c.reason.startswith("consolidated into") for c in tools.changes)
+    assert "consolidate" in actions or "update" in actions
+    assert any("celsius" in m.text.lower() for m in tools.memories.values())
+    assert any(m.author == "user" for m in tools.memories.values())  # never touched
+
+
+async def test_at_the_budget_with_nothing_related_the_preference_is_held_not_evicted() -> None:
+    tools = make_tools(
+        [msg("m9", "Always use the Oxford comma.")],
+        [memory("User is a nurse.", evidence=["m1"]), memory("User lives in Lisbon.", evidence=["m2"])],
+        budget=2,
+    )
+    before = {m.memory_id: m.text for m in tools.memories.values()}
+    await RulesPolicy().run(tools, list(tools.shown.values()))
+    assert {m.memory_id: m.text for m in tools.memories.values()} == before and tools.changes == []
+    assert tools.budget_refusals == 1
+    assert [h.statement for h in tools.working.hypotheses] == ["Always use the Oxford comma"]
+
+
+async def test_when_working_memory_is_full_the_oldest_single_hypothesis_makes_room(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tools_module, "HYPOTHESES_MAX", 2)
+    tools = make_tools(
+        [
+            msg("m1", "I like jazz.", at=T0),
+            msg("m2", "I like chess.", at=T0 + timedelta(minutes=1)),
+            msg("m3", "I like tea.", at=T0 + timedelta(minutes=2)),
+        ]
+    )
+    await RulesPolicy().run(tools, list(tools.shown.values()))
+    assert [h.statement for h in tools.working.hypotheses] == ["User likes chess", "User likes tea"]
