@@ -34,7 +34,7 @@ from memwright.store.db import create_pool
 log = structlog.get_logger()
 POOL = web.AppKey("pool", asyncpg.Pool)
 ACCESS = web.AppKey("access", dict)  # handler -> Access, the route table's policy
-PRINCIPAL = "memwright.principal"
+PRINCIPAL = web.RequestKey("principal", Principal)
 USER_ID = re.compile(openapi.USER_ID_PATTERN.removesuffix("$") + r"\Z")
 KIND = re.compile(openapi.KIND_PATTERN.removesuffix("$") + r"\Z")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -161,11 +161,11 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
         match = request.match_info
         if match.http_exception is not None:
             raise match.http_exception
+        header = request.headers.get("Authorization")
+        principal = verify(settings, header)  # 401: missing, expired, badly signed, wrong issuer or audience
         needs = access.get(match.handler)
         if needs is None:  # fail closed: never serve a route without a declared access
             raise AuthError(403, "this route has no access policy")
-        header = request.headers.get("Authorization")
-        principal = verify(settings, header)  # 401: missing, expired, badly signed, wrong issuer or audience
         wait = limiter.take(header or "")
         if wait > 0:
             return _error(
