@@ -103,8 +103,13 @@ def _rs256_key(settings: AuthSettings, kid: str | None) -> Any:
 
 
 def _private_key(settings: AuthSettings) -> Any:
-    with open(settings.jwt_private_key_file, "rb") as f:
-        return serialization.load_pem_private_key(f.read(), password=None)
+    try:
+        with open(settings.jwt_private_key_file, "rb") as f:
+            return serialization.load_pem_private_key(f.read(), password=None)
+    except (OSError, ValueError, TypeError) as exc:
+        raise ValueError(
+            f"cannot use {settings.jwt_private_key_file!r} as an RS256 private key (unencrypted PEM): {exc}"
+        ) from None
 
 
 def new_rsa_keypair(kid: str) -> tuple[bytes, dict[str, Any]]:

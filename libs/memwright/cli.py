@@ -37,10 +37,21 @@ def _topics(_: argparse.Namespace) -> int:
 
 
 def _token(args: argparse.Namespace) -> int:
-    from memwright.auth import mint
-    from memwright.settings import AuthSettings
+    import os
 
-    print(mint(AuthSettings.from_env(), args.subject, args.scope, args.ttl))
+    from memwright.auth import mint
+    from memwright.settings import PREFIX, AuthSettings
+
+    if args.private_key:  # RS256: the services verify it with the JWKS file that holds the public half
+        settings = AuthSettings(
+            jwt_private_key_file=args.private_key,
+            jwt_kid=args.kid,
+            jwt_issuer=os.environ.get(f"{PREFIX}JWT_ISSUER") or "memwright",
+            jwt_audience=os.environ.get(f"{PREFIX}JWT_AUDIENCE") or "memwright",
+        )
+    else:
+        settings = AuthSettings.from_env()
+    print(mint(settings, args.subject, args.scope, args.ttl))
     return 0
 
 
@@ -69,6 +80,8 @@ def parser() -> argparse.ArgumentParser:
     token.add_argument("subject", help="a user id, or service:<name> for a service token")
     token.add_argument("--scope", nargs="+", default=["memories:read"], help="scopes to grant")
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
+    token.add_argument("--private-key", help="sign RS256 with this PEM private key instead of HS256 with the secret")
+    token.add_argument("--kid", default="", help="key id to put in an RS256 token's header (the key's kid in the JWKS)")
     index = sub.add_parser("index", help="vector index tools")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     index_sub.add_parser("rebuild", help="rebuild the Qdrant collection from PostgreSQL", add_help=False)
