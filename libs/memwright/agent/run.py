@@ -183,11 +183,12 @@ async def commit_run(
 
 
 async def start_run(conn: asyncpg.Connection, lease: Lease, policy: str) -> uuid.UUID:
+    """Record the run as running; it started when its lease was claimed (when known)."""
     run_id = uuid.uuid4()
     await conn.execute(
-        """INSERT INTO curation_runs (run_id, user_id, worker, lease_epoch, status, policy, watermark_from)
-           VALUES ($1, $2, $3, $4, 'running', $5, $6)""",
-        run_id, lease.user_id, lease.owner, lease.epoch, policy, lease.watermark,
+        """INSERT INTO curation_runs (run_id, user_id, worker, lease_epoch, status, policy, watermark_from, started_at)
+           VALUES ($1, $2, $3, $4, 'running', $5, $6, coalesce($7::timestamptz, now()))""",
+        run_id, lease.user_id, lease.owner, lease.epoch, policy, lease.watermark, lease.claimed_at,
     )
     return run_id
 

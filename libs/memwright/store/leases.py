@@ -23,6 +23,7 @@ dead" and "expired and silent", never whether a fresh lease is free.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 import asyncpg
 
@@ -64,7 +65,7 @@ WHERE a.user_id = c.user_id
   -- invariant 2: the run's lock on this connection, in the same statement; c only, so it is
   -- evaluated for the one candidate row and never for other users
   AND pg_try_advisory_lock(hashtextextended(c.user_id, c.lease_epoch + 1))
-RETURNING a.user_id, a.lease_epoch, a.watermark, a.memory_budget, c.previous_owner, c.takeover
+RETURNING a.user_id, a.lease_epoch, a.watermark, a.memory_budget, c.previous_owner, c.takeover, now() AS claimed_at
 """
 
 RENEW = f"""
@@ -77,7 +78,7 @@ RETURNING lease_expires_at
 
 MARK_ABANDONED = """
 UPDATE curation_runs
-SET status = 'abandoned', finished_at = now(),
+SET status = 'abandoned', finished_at = $5,  -- its ownership ended when the new run claimed the lease
     error = format('lease taken over by %s at epoch %s (%s)', $2::text, $3::bigint, $4::text)
 WHERE user_id = $1 AND status = 'running' AND lease_epoch < $3  -- invariant 3: recovery
 RETURNING run_id
@@ -101,6 +102,7 @@ class Lease:
     pid: int = 0  # backend pid of the connection that holds the run's advisory lock
     previous_owner: str | None = None  # set when this claim took over another run's lease
     takeover: str | None = None  # why: 'connection_lost' or 'holder_silent'
+    claimed_at: datetime | None = None  # database time of the claim: the run's start
 
 
 async def claim_next(
@@ -124,13 +126,15 @@ async def claim_next(
         conn.get_server_pid(),
         row["previous_owner"],
         row["takeover"],
+        row["claimed_at"],
     )
 
 
 async def mark_abandoned_runs(conn: asyncpg.Connection, lease: Lease) -> int:
     """Runs still 'running' for a user we just claimed lost their lease (invariant 3)."""
     reason = lease.takeover or "lease released or expired"
-    return len(await conn.fetch(MARK_ABANDONED, lease.user_id, lease.owner, lease.epoch, reason))
+    claimed_at = lease.claimed_at or datetime.now(UTC)
+    return len(await conn.fetch(MARK_ABANDONED, lease.user_id, lease.owner, lease.epoch, reason, claimed_at))
 
 
 async def renew(conn: asyncpg.Connection | asyncpg.Pool, lease: Lease, lease_seconds: float) -> bool:
