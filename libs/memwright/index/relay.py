@@ -1,9 +1,15 @@
 """The outbox relay: index_outbox rows -> memory.changelog (key = memory id), deleted only
-after the broker acknowledged. Safe with several relays (FOR UPDATE SKIP LOCKED)."""
+after the broker acknowledged. Safe with several relays (FOR UPDATE SKIP LOCKED).
+
+Claim, produce and delete happen inside one transaction. If the relay dies after the
+broker acknowledged but before the commit, the transaction rolls back, the rows stay and
+are produced again: the changelog is at-least-once, and the indexer is idempotent.
+"""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 
 import asyncpg
 from aiokafka import AIOKafkaProducer
@@ -17,6 +23,19 @@ LIMIT $1
 FOR UPDATE SKIP LOCKED  -- several relays never send the same row at once
 """
 
+# invariant 9: only rows the broker acknowledged are removed (same transaction as the claim)
+DELETE_SENT = "DELETE FROM index_outbox WHERE outbox_id = ANY($1::bigint[])"
+
+OUTBOX_STATS = """
+SELECT count(*) AS depth, coalesce(extract(epoch FROM now() - min(created_at)), 0) AS age FROM index_outbox
+"""
+
+
+async def produce_all(producer: AIOKafkaProducer, topic: str, events: Sequence[ChangelogEvent]) -> None:
+    """Send the events and wait until the broker acknowledged every one (acks=all on the producer)."""
+    futures = [await producer.send(topic, key=e.memory_id.encode(), value=e.to_bytes()) for e in events]
+    await asyncio.gather(*futures)
+
 
 async def relay_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, topic: str, batch: int) -> int:
     """Relay one batch; return how many rows were sent. A failure rolls back: the rows stay."""
@@ -24,18 +43,19 @@ async def relay_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, topic: str,
         rows = await conn.fetch(CLAIM_BATCH, batch)
         if not rows:
             return 0
-        futures = []
-        for r in rows:
-            event = ChangelogEvent(str(r["memory_id"]), r["user_id"], r["outbox_id"])
-            futures.append(await producer.send(topic, key=event.memory_id.encode(), value=event.to_bytes()))
-        await asyncio.gather(*futures)
-        await conn.execute("DELETE FROM index_outbox WHERE outbox_id = ANY($1::bigint[])", [r["outbox_id"] for r in rows])
+        events = [ChangelogEvent(str(r["memory_id"]), r["user_id"], r["outbox_id"]) for r in rows]
+        await produce_all(producer, topic, events)
+        await conn.execute(DELETE_SENT, [r["outbox_id"] for r in rows])
     return len(rows)
 
 
 async def outbox_stats(pool: asyncpg.Pool) -> tuple[int, float]:
-    row = await pool.fetchrow(
-        "SELECT count(*) AS depth, coalesce(extract(epoch FROM now() - min(created_at)), 0) AS age FROM index_outbox"
-    )
+    """(rows waiting, age in seconds of the oldest)."""
+    row = await pool.fetchrow(OUTBOX_STATS)
     assert row is not None
     return int(row["depth"]), float(row["age"])
+
+
+async def pending_memory_ids(pool: asyncpg.Pool) -> set[str]:
+    """Memories with a change not yet relayed: the changelog will still bring them up to date."""
+    return {str(r["memory_id"]) for r in await pool.fetch("SELECT DISTINCT memory_id FROM index_outbox")}
