@@ -68,6 +68,15 @@ INDEXER_OUTBOX_AGE = Gauge("memwright_indexer_outbox_oldest_age_seconds", "Age o
 INDEXER_RELAYED = Counter("memwright_indexer_outbox_relayed_total", "Outbox rows produced to the changelog")
 INDEXER_EVENTS = Counter("memwright_indexer_events_applied_total", "Changelog events applied, by action", ["action"])
 INDEXER_LAG = Gauge("memwright_indexer_consumer_lag", "Changelog records not yet consumed")
+INDEXER_UPSERTS = Counter("memwright_indexer_upserts_total", "Points written to Qdrant (changelog, repairs, rebuilds)")
+INDEXER_DELETES = Counter("memwright_indexer_deletes_total", "Points deleted from Qdrant because their memory is gone")
+INDEXER_EMBEDDINGS = Counter("memwright_indexer_embeddings_total", "Texts embedded (embedding cache misses)")
+INDEXER_DRIFT = Gauge(
+    "memwright_indexer_drift_points", "Points that differ from PostgreSQL at the last check, by kind", ["kind"]
+)
+INDEXER_DRIFT_CHECKED = Gauge(
+    "memwright_indexer_drift_check_timestamp_seconds", "Unix time the last drift check finished"
+)
 
 # api
 API_REQUESTS = Counter(
