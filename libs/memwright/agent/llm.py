@@ -264,10 +264,10 @@ class LlmPolicy:
 
     async def _complete(self, conversation: list[dict[str, Any]]) -> Any:
         try:
-            response = await self.client.chat.completions.create(
+            response = await self.client.chat.completions.create(  # type: ignore[call-overload]
                 model=self.model,
-                messages=conversation,  # type: ignore[arg-type]
-                tools=tool_schemas(),  # type: ignore[arg-type]
+                messages=conversation,
+                tools=tool_schemas(),
                 tool_choice="auto",
                 temperature=0,
             )

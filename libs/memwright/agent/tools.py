@@ -136,9 +136,7 @@ class MemoryTools:
         m.text = text.strip()
         m.version += 1
         m.evidence = sorted(set(m.evidence) | set(evidence))
-        self.changes.append(
-            Change("update", memory_id, before, m.snapshot(), sorted(set(evidence)), reason)
-        )
+        self.changes.append(Change("update", memory_id, before, m.snapshot(), sorted(set(evidence)), reason))
         return f"Updated memory {memory_id} (now version {m.version})."
 
     def consolidate_memories(self, memory_ids: list[str], text: str, evidence: list[str], reason: str) -> str:
@@ -161,8 +159,7 @@ class MemoryTools:
                 Change("delete", s.memory_id, s.snapshot(), None, [], f"consolidated into {merged.memory_id}: {reason}")
             )
         self.changes.append(
-            Change("consolidate", merged.memory_id, {"replaces": ids}, merged.snapshot(), union, reason,
-                   replaces=ids)
+            Change("consolidate", merged.memory_id, {"replaces": ids}, merged.snapshot(), union, reason, replaces=ids)
         )
         return f"Consolidated {', '.join(ids)} into memory {merged.memory_id}."
 
@@ -177,9 +174,7 @@ class MemoryTools:
         if not reason.strip():
             return self._refuse("delete_memory", "Say why the memory is deleted (reason).")
         m = self.memories.pop(memory_id)
-        self.changes.append(
-            Change("delete", memory_id, m.snapshot(), None, sorted(set(evidence or [])), reason)
-        )
+        self.changes.append(Change("delete", memory_id, m.snapshot(), None, sorted(set(evidence or [])), reason))
         return f"Deleted memory {memory_id}."
 
     def note_hypothesis(self, statement: str, evidence: list[str]) -> str:
@@ -277,6 +272,7 @@ class MemoryTools:
         vectors = {m.memory_id: hashing_embed(m.text) for m in agent}
         pairs = [
             (a, b, cosine(vectors[a.memory_id], vectors[b.memory_id]))
-            for i, a in enumerate(agent) for b in agent[i + 1:]
+            for i, a in enumerate(agent)
+            for b in agent[i + 1 :]
         ]
         return sorted(pairs, key=lambda p: -p[2])[:limit]
