@@ -1,0 +1,115 @@
+"""`make bench`: every figure of issue 8, each printed beside the baseline it is compared with
+(measured in the same run, on the same machine), and, as the last line, one JSON object
+with every figure.
+
+    eval "$(deploy/local/stack.sh env)"          # or let `make bench` start the stack
+    .venv/bin/python -m bench.run                 # a few minutes
+    .venv/bin/python -m bench.run --quick         # shorter loads, 10 s long window: a smoke run
+    .venv/bin/python -m bench.run --only ingest   # one part: ingest | pipeline | curator | window
+
+The bench uses its own database (memwright_bench_<run>) and Kafka topics (b<run>...) on the
+stack named by MEMWRIGHT_PG_DSN / MEMWRIGHT_KAFKA_BOOTSTRAP, and removes them at the end.
+Loads go only to 127.0.0.1 and are bounded in count and time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from bench import curation, ingest, pipeline
+from bench.harness import BenchStack
+
+PARTS = ("ingest", "pipeline", "curator", "window")
+
+
+def say(line: str) -> None:
+    print(line, flush=True)
+
+
+def _floats(text: str) -> tuple[float, ...]:
+    return tuple(float(x) for x in text.split(",") if x.strip())
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--quick", action="store_true", help="short loads and a 10 s long window (smoke run)")
+    p.add_argument("--only", choices=PARTS, action="append", help="run only these parts (repeatable)")
+    p.add_argument("--duration", type=float, help="seconds per fixed ingest load (default 8; quick 3)")
+    p.add_argument("--single-rates", type=_floats, help="offered requests/s of single signals (default 500,1000,2000)")
+    p.add_argument("--batch-rates", type=_floats, help="offered requests/s of batches (default 20,80)")
+    p.add_argument("--batch", type=int, default=50, help="signals per batch request (default 50)")
+    p.add_argument("--long-window", type=float, help="the long sweep window in seconds (default 60; quick 10)")
+    p.add_argument("--curator-users", type=int, help="users curated in the curator figure (default 300; quick 100)")
+    p.add_argument("--llm-delay", type=float, default=1.0, help="fake LLM answer delay in seconds (default 1)")
+    p.add_argument("--keep", action="store_true", help="keep the bench database, topics and logs")
+    return p
+
+
+async def main_async(args: argparse.Namespace) -> dict[str, Any]:
+    quick = args.quick
+    parts = args.only or list(PARTS)
+    work = Path(tempfile.mkdtemp(prefix="memwright-bench-"))
+    stack = BenchStack(work)
+    started = time.monotonic()
+    say(f"== memwright bench {stack.run_id} == ({os.cpu_count()} cores, {platform.python_version()}, logs in {work})")
+    say(f"   database {stack.database}, topics b{stack.run_id}*, loads to 127.0.0.1 only")
+    report: dict[str, Any] = {"run": stack.run_id, "cores": os.cpu_count(), "quick": quick}
+    await stack.create_database()
+    try:
+        if "ingest" in parts:
+            cfg = ingest.IngestConfig(
+                single_rates=args.single_rates or ((200.0, 1000.0) if quick else (500.0, 1000.0, 2000.0)),
+                batch_rates=args.batch_rates or ((10.0,) if quick else (20.0, 80.0)),
+                batch=args.batch,
+                duration_s=args.duration or (3.0 if quick else 8.0),
+                ceiling_s=3.0 if quick else 6.0,
+            )
+            report["ingest"] = await ingest.run(stack, cfg, say)
+            report["ingest_vs_raw_ratio"] = report["ingest"]["ingest_vs_raw_ratio"]
+            report["ingest_path_calls"] = report["ingest"]["calls"]
+        if {"pipeline", "curator", "window"} & set(parts):
+            cfg_p = pipeline.PipelineConfig(
+                latency_samples=12 if quick else 30,
+                fairness_seconds=6.0 if quick else 12.0,
+                load_seconds=3.0 if quick else 8.0,
+                long_window_s=args.long_window or (10.0 if quick else 60.0),
+            )
+            cfg_c = curation.CuratorConfig(
+                users=args.curator_users or (100 if quick else 300), llm_users=20 if quick else 40,
+                index_events=500 if quick else 2000,
+                llm_delay_s=args.llm_delay,
+            )
+            async with pipeline.Pipeline(stack, say) as pipe:
+                if "pipeline" in parts:
+                    report.update(await pipe.short_window_figures(cfg_p))
+                if "curator" in parts:
+                    report.update(await curation.run(pipe, cfg_c, say))
+                if "window" in parts:
+                    report.update(await pipe.long_window_figures(cfg_p))
+                report["footprint"] = pipe.footprint(report.get("ingest"))
+    finally:
+        if not args.keep:
+            await stack.cleanup()
+    report["bench_seconds"] = round(time.monotonic() - started, 1)
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    report = asyncio.run(main_async(args))
+    say(f"== done in {report['bench_seconds']:.0f}s ==")
+    say(json.dumps(report, separators=(",", ":"), default=float))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
