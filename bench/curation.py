@@ -100,7 +100,9 @@ async def _raw_qdrant_upserts(count: int, dim: int = 256) -> float:
     with tempfile.TemporaryDirectory() as path:
         client = AsyncQdrantClient(path=path)
         try:
-            await client.create_collection("b", vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE))
+            await client.create_collection(
+                "b", vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE)
+            )
             rng = random.Random(1)
             vectors = [[rng.random() for _ in range(dim)] for _ in range(64)]
             started = time.monotonic()
@@ -118,11 +120,14 @@ async def _user_memories(pipe: Pipeline, count: int) -> int:
     slots = asyncio.Semaphore(16)
 
     async def one(i: int) -> int:
-        async with slots, pipe.http.post(
-            f"{pipe.api}/v1/users/{users[i % len(users)]}/memories",
-            json={"text": f"Remember note number {i} about my setup"},
-            headers=pipe.stack.auth(),
-        ) as r:
+        async with (
+            slots,
+            pipe.http.post(
+                f"{pipe.api}/v1/users/{users[i % len(users)]}/memories",
+                json={"text": f"Remember note number {i} about my setup"},
+                headers=pipe.stack.auth(),
+            ) as r,
+        ):
             await r.read()
             return int(r.status == 201)
 
@@ -170,8 +175,14 @@ async def _rebuild(pipe: Pipeline, say: Callable[[str], None]) -> dict[str, Any]
     env = {**pipe.procs.env, "MEMWRIGHT_OPS_PORT": str(pipe.procs.ops_port("indexer"))}
     started = time.monotonic()
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "memwright", "index", "rebuild",
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+        sys.executable,
+        "-m",
+        "memwright",
+        "index",
+        "rebuild",
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
     )
     out, _ = await asyncio.wait_for(proc.communicate(), 600)
     took = time.monotonic() - started
@@ -182,7 +193,10 @@ async def _rebuild(pipe: Pipeline, say: Callable[[str], None]) -> dict[str, Any]
         reason = text.splitlines()[-1] if text else f"exit code {proc.returncode}"
         say(f"  index rebuild: MISSING ({reason})")
         return {"memories": memories, "memories_per_s": None, "missing": reason}
-    say(f"  index rebuild: {memories} memories in {took:.1f}s (whole command, start-up included) = {memories / took:.0f} memories/s")
+    say(
+        f"  index rebuild: {memories} memories in {took:.1f}s (the whole command, start-up included) "
+        f"= {memories / took:.0f} memories/s"
+    )
     return {"memories": memories, "seconds": round(took, 2), "memories_per_s": round(memories / took, 1)}
 
 
@@ -205,18 +219,29 @@ async def _llm(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) -
     users = [f"llm-{pipe.stack.run_id}-{i}" for i in range(cfg.llm_users)]
     async with fake_llm_server(cfg.llm_delay_s) as fake:
         figure = await _curate(
-            pipe, users, cfg.concurrency,
-            MEMWRIGHT_POLICY="llm", MEMWRIGHT_LLM_BASE_URL=fake.base_url, MEMWRIGHT_LLM_API_KEY="bench",
+            pipe,
+            users,
+            cfg.concurrency,
+            MEMWRIGHT_POLICY="llm",
+            MEMWRIGHT_LLM_BASE_URL=fake.base_url,
+            MEMWRIGHT_LLM_API_KEY="bench",
         )
         calls = fake.requests()
     per_run = calls / figure["runs"] if figure["runs"] else float("nan")
     ceiling = cfg.concurrency / (cfg.llm_delay_s * per_run) if per_run == per_run and per_run else None
-    figure.update({"llm_delay_s": cfg.llm_delay_s, "llm_calls": calls, "llm_calls_per_run": round(per_run, 2),
-                   "ideal_users_per_s": round(ceiling, 2) if ceiling else None})
+    figure.update(
+        {
+            "llm_delay_s": cfg.llm_delay_s,
+            "llm_calls": calls,
+            "llm_calls_per_run": round(per_run, 2),
+            "ideal_users_per_s": round(ceiling, 2) if ceiling else None,
+        }
+    )
     say(
         f"  curator, llm policy ({cfg.llm_delay_s:g}s per answer): {figure['users_per_s']} users/s per worker "
         f"with {cfg.concurrency} runs at once ({per_run:.1f} calls per run)  |  baseline: one run at a time "
-        f"would do {1 / (cfg.llm_delay_s * per_run) if per_run else 0:.2f} users/s; the concurrency ceiling is {ceiling or 0:.2f}"
+        f"would do {1 / (cfg.llm_delay_s * per_run) if per_run else 0:.2f} users/s; "
+        f"the concurrency ceiling is {ceiling or 0:.2f}"
     )
     await pipe.restart("curator")
     return figure

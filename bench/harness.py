@@ -18,7 +18,6 @@ from typing import Any
 import aiohttp
 import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient
-
 from memwright.auth import mint
 from memwright.localrun import ServiceProcesses
 from memwright.settings import AuthSettings, KafkaSettings
@@ -83,7 +82,9 @@ class BenchStack:
         self.dsn = admin.rsplit("/", 1)[0] + "/" + self.database
         self.work_dir = work_dir
         self.secret = secrets.token_hex(32)
-        self.token = mint(AuthSettings(jwt_secret=self.secret), "service:bench", ["signals:write", "memories:read", "memories:write"])
+        self.token = mint(
+            AuthSettings(jwt_secret=self.secret), "service:bench", ["signals:write", "memories:read", "memories:write"]
+        )
         self._topics: list[Topics] = []
 
     @property
@@ -177,4 +178,3 @@ async def memory_count(http: aiohttp.ClientSession, api: str, stack: BenchStack,
         if r.status != 200:
             return 0
         return len((await r.json())["memories"])
-

@@ -16,13 +16,13 @@ from typing import Any
 
 import aiohttp
 from aiokafka import AIOKafkaProducer
+from memwright.events import parse_signal
+from memwright.producer import SignalProducer
 
 from bench.fakellm import CountingLlm
 from bench.harness import CHATTER, BenchStack
 from bench.loadgen import LoadResult, closed_loop, open_loop
 from bench.probes import RssWatch, SocketWatch, backends_on, client_sessions, rss_bytes
-from memwright.events import parse_signal
-from memwright.producer import SignalProducer
 
 USERS = 1000
 
@@ -136,7 +136,10 @@ async def run(stack: BenchStack, cfg: IngestConfig, say: Callable[[str], None]) 
                 ) as bare,
             ):
                 say("ingest: open-loop fixed loads, HTTP ingest vs the raw producer with the same payloads")
-                for mode, batch, rates in (("single", 1, cfg.single_rates), (f"batch{cfg.batch}", cfg.batch, cfg.batch_rates)):
+                for mode, batch, rates in (
+                    ("single", 1, cfg.single_rates),
+                    (f"batch{cfg.batch}", cfg.batch, cfg.batch_rates),
+                ):
                     for rate in rates:
                         tag = f"{mode}-{rate:g}"
                         raw = await open_loop(_raw_sender(producer, _payloads("r" + tag, batch)), rate, cfg.duration_s)

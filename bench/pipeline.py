@@ -19,11 +19,11 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+from memwright.localrun import SERVICES, ServiceProcesses
 
 from bench.harness import CHATTER, POSITIVE_TEXTS, BenchStack, memory_count, post_signals, signal
 from bench.loadgen import open_loop, percentile
 from bench.probes import RssWatch, connections_to, rss_bytes, wait_for
-from memwright.localrun import SERVICES, ServiceProcesses
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,8 @@ class Pipeline:
     def _latency_figure(self, window: float, latencies: list[float], samples: int) -> dict[str, Any]:
         p50, p95 = percentile(latencies, 50), percentile(latencies, 95)
         self.say(
-            f"  window {window:g}s: signal->memory p50 {p50:.2f}s  p95 {p95:.2f}s  max {max(latencies, default=0):.2f}s "
+            f"  window {window:g}s: signal->memory p50 {p50:.2f}s  p95 {p95:.2f}s  "
+            f"max {max(latencies, default=0):.2f}s "
             f"({len(latencies)}/{samples} became memories)  |  baseline: target p95 <= window + 5 s = {window + 5:g}s; "
             f"the window alone waits {window / 2:g}s on average"
         )
@@ -182,8 +183,13 @@ class Pipeline:
         total_rate = cfg.light_rate * cfg.light_users + cfg.light_rate * HEAVY_FACTOR
 
         # one cycle: the heavy user HEAVY_FACTOR times, each light user once, evenly interleaved
-        cycle = [u for _, u in sorted([(j / HEAVY_FACTOR, heavy) for j in range(HEAVY_FACTOR)]
-                                      + [((k + 0.5) / len(light), u) for k, u in enumerate(light)])]
+        cycle = [
+            u
+            for _, u in sorted(
+                [(j / HEAVY_FACTOR, heavy) for j in range(HEAVY_FACTOR)]
+                + [((k + 0.5) / len(light), u) for k, u in enumerate(light)]
+            )
+        ]
 
         def who(i: int) -> str:
             return cycle[i % len(cycle)]
@@ -216,7 +222,8 @@ class Pipeline:
         self.say(
             f"  fairness ({cfg.light_users} light users at {cfg.light_rate:g}/s, one heavy user at "
             f"{cfg.light_rate * HEAVY_FACTOR:g}/s, window {self.window_s:g}s): light p95 {figure['light_p95_wait_s']}s "
-            f"max {figure['light_max_wait_s']}s; heavy p95 {figure['heavy_p95_wait_s']}s max {figure['heavy_max_wait_s']}s"
+            f"max {figure['light_max_wait_s']}s; heavy p95 {figure['heavy_p95_wait_s']}s "
+            f"max {figure['heavy_max_wait_s']}s"
             f"  |  baseline: 2 windows = {2 * self.window_s:g}s"
             + (f"; {uncurated} signals never curated" if uncurated else "")
         )
@@ -244,10 +251,12 @@ class Pipeline:
         self.rss_load = watch.peak
         s = load.summary()
         self.say(
-            f"  under {cfg.load_rps:g} req/s for {cfg.load_seconds:g}s (all services busy): ingest p50 {s['p50_ms']} ms "
+            f"  under {cfg.load_rps:g} req/s for {cfg.load_seconds:g}s (all services busy): "
+            f"ingest p50 {s['p50_ms']} ms "
             f"p99 {s['p99_ms']} ms; peak RSS "
             + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in watch.peak.items())
-            + f"; PostgreSQL connections held: {pg}" + ("" if drained else " (pipeline did not drain in 180 s)")
+            + f"; PostgreSQL connections held: {pg}"
+            + ("" if drained else " (pipeline did not drain in 180 s)")
         )
         return {"load": s, "pg_connections": pg, "drained": drained}
 

@@ -84,7 +84,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 long_window_s=args.long_window or (10.0 if quick else 60.0),
             )
             cfg_c = curation.CuratorConfig(
-                users=args.curator_users or (100 if quick else 300), llm_users=20 if quick else 40,
+                users=args.curator_users or (100 if quick else 300),
+                llm_users=20 if quick else 40,
                 index_events=500 if quick else 2000,
                 llm_delay_s=args.llm_delay,
             )
