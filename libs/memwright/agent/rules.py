@@ -82,7 +82,7 @@ CATEGORIES: dict[str, frozenset[str]] = {
         "korean russian polish swedish norwegian danish finnish greek turkish arabic hindi",
         "style": "formal informal casual concise brief short terse detailed verbose long lengthy "
         "emoji emojis bullet bullets markdown tables headings prose numbered jargon tone "
-        "exclamation summary summaries tl;dr paragraph paragraphs",
+        "exclamation summary summaries tldr paragraph paragraphs",
         "indent": "tabs spaces",
         "theme": "dark light",
         "shell": "bash zsh fish powershell",
@@ -93,7 +93,7 @@ CATEGORIES: dict[str, frozenset[str]] = {
         "time": "morning mornings evening evenings night nights afternoon afternoons",
         "transport": "car bike bicycle train bus cycling driving",
         "pet": "dog dogs cat cats",
-        "naming": "camelcase snake_case kebab-case",
+        "naming": "camelcase pascalcase",
         "testing": "pytest unittest jest mocha",
     }.items()
 }
@@ -153,84 +153,22 @@ def strip_lead_in(sentence: str) -> str:
     return _LEAD_IN.sub("", sentence.strip()).strip()
 
 
-_ADVERBS = {
-    "really",
-    "usually",
-    "always",
-    "never",
-    "mostly",
-    "often",
-    "also",
-    "just",
-    "definitely",
-    "strongly",
-    "generally",
-    "typically",
-    "actually",
-    "still",
-    "only",
-    "now",
-    "mainly",
-    "normally",
-    "truly",
-    "absolutely",
-    "much",
-    "no",
-    "honestly",
-    "personally",
-}
-_IRREGULAR = {
-    "have": "has",
-    "do": "does",
-    "go": "goes",
-    "am": "is",
-    "don't": "doesn't",
-    "can't": "can't",
-    "won't": "won't",
-    "can": "can",
-    "will": "will",
-    "would": "would",
-    "should": "should",
-    "could": "could",
-    "must": "must",
-    "might": "might",
-    "was": "was",
-    "'m": "is",
-}
-
-
-_PAST = {
-    "meant",
-    "said",
-    "told",
-    "was",
-    "had",
-    "did",
-    "went",
-    "got",
-    "made",
-    "thought",
-    "knew",
-    "left",
-    "began",
-    "became",
-    "wrote",
-    "read",
-    "took",
-    "gave",
-    "found",
-    "felt",
-    "kept",
-    "ran",
-    "quit",
-}
+_ADVERBS = frozenset(
+    "really usually always never mostly often also just definitely strongly generally typically actually "
+    "still only now mainly normally truly absolutely much no honestly personally".split()
+)
+_IRREGULAR = {"have": "has", "do": "does", "go": "goes", "am": "is", "don't": "doesn't", "'m": "is"}
+_UNCHANGED = frozenset(  # modals and past tenses keep their form after "User"
+    "can't won't can will would should could must might was meant said told had did went got made thought "
+    "knew left began became wrote read took gave found felt kept ran quit".split()
+)
 
 
 def third_person(verb: str) -> str:
     low = verb.lower()
     if low in _IRREGULAR:
         return _IRREGULAR[low]
-    if low in _PAST or low.endswith("ed") or not low.isalpha():
+    if low in _UNCHANGED or low.endswith("ed") or not low.isalpha():
         return verb
     if low.endswith(("s", "sh", "ch", "x", "z", "o")):
         return verb + "es"
@@ -257,12 +195,12 @@ def as_memory(clause: str) -> str:
     ).rstrip(" ,")
     s = re.sub(r"^my\b", "User's", s, flags=re.I)
     head = re.match(r"^(i'm|i am|i've|i have|i'd|i would|i)\b\s*", s, re.I)
-    rest = s[head.end() :] if head else s
-    rest = _they(rest)
-    if not head:
+    if not head:  # an instruction ("Always answer in metric units") or "User's name is ..."
         s = _they(s)
-    if head:
-        h = head.group(1).lower().replace("\u2019", "'")
+        s = s[:1].upper() + s[1:]
+    else:
+        rest = _they(s[head.end() :])
+        h = head.group(1).lower()
         if h in ("i'm", "i am"):
             s = "User is " + rest
         elif h in ("i've", "i have"):
@@ -281,8 +219,6 @@ def as_memory(clause: str) -> str:
             else:
                 verb = third_person(parts[0]) if parts and parts[0] else ""
                 s = "User " + " ".join([*adverbs, verb, *parts[1:]])
-    else:
-        s = s[:1].upper() + s[1:]
     s = re.sub(r"\s+", " ", s).strip()
     return s + "."
 

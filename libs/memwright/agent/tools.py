@@ -223,8 +223,9 @@ class MemoryTools:
             statement, observations
         ) > HYPOTHESES_MAX_CHARS:
             return (
-                f"Working memory has no room for this: it holds {held} hypotheses, its limit. Promote the ones "
-                "that repeated (create_memory), or drop_hypothesis stale or contradicted ones, then note this."
+                f"Working memory has no room for this: it holds {held} hypotheses (at most {HYPOTHESES_MAX}, "
+                f"{HYPOTHESES_MAX_CHARS} characters). Promote the ones that repeated (create_memory), or "
+                "drop_hypothesis stale or contradicted ones, then note this."
             )
         return None
 

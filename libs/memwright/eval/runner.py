@@ -286,18 +286,10 @@ async def _observe(args: argparse.Namespace, cases: list[UserCase], policy: str)
         from memwright.eval.offline import run_offline
 
         return await run_offline(_policy_object(policy), cases)
-    admin_dsn = os.environ.get("MEMWRIGHT_PG_DSN", "")
-    bootstrap = os.environ.get("MEMWRIGHT_KAFKA_BOOTSTRAP", "")
-    for name, value in (("MEMWRIGHT_PG_DSN", admin_dsn), ("MEMWRIGHT_KAFKA_BOOTSTRAP", bootstrap)):
-        if not value:
-            raise SystemExit(
-                f'memwright eval: {name} is not set; run `make eval`, or eval "$(deploy/local/stack.sh env)" '
-                "after deploy/local/stack.sh start"
-            )
     return await run_pipeline(
         cases,
-        admin_dsn=admin_dsn,
-        kafka_bootstrap=bootstrap,
+        admin_dsn=os.environ["MEMWRIGHT_PG_DSN"],
+        kafka_bootstrap=os.environ["MEMWRIGHT_KAFKA_BOOTSTRAP"],
         policy=policy,
         window_seconds=args.window,
         database=args.database,
@@ -322,6 +314,15 @@ def main(argv: list[str]) -> int:
     if policy == "llm" and not os.environ.get("MEMWRIGHT_LLM_BASE_URL"):
         print("memwright eval: --policy llm needs MEMWRIGHT_LLM_BASE_URL (and MEMWRIGHT_LLM_MODEL)", file=sys.stderr)
         return 2
+    if not args.offline:
+        for name in ("MEMWRIGHT_PG_DSN", "MEMWRIGHT_KAFKA_BOOTSTRAP"):
+            if not os.environ.get(name):
+                print(
+                    f'memwright eval: {name} is not set; run `make eval`, or eval "$(deploy/local/stack.sh env)" '
+                    "after deploy/local/stack.sh start (or use --offline)",
+                    file=sys.stderr,
+                )
+                return 2
     path = args.dataset or default_dataset_path()
     try:
         cases = load(path)
