@@ -156,10 +156,6 @@ async def release_for_retry(conn: asyncpg.Connection | asyncpg.Pool, lease: Leas
     await conn.execute(RELEASE, lease.user_id, lease.owner, lease.epoch, retry_after)
 
 
-async def current_epoch(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) -> int | None:
-    return await conn.fetchval("SELECT lease_epoch FROM agents WHERE user_id = $1", user_id)
-
-
 async def backlog_stats(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, float]:
     row = await conn.fetchrow(
         "SELECT count(*) AS users, coalesce(extract(epoch FROM now() - min(waiting_since)), 0) AS age FROM backlog"
