@@ -65,12 +65,12 @@ class Curator:
     async def claim_one(self) -> bool:
         try:
             conn = await self.pool.acquire()
-        except (OSError, asyncpg.PostgresError, TimeoutError) as exc:
+        except Exception as exc:  # the database is down or slow: try again at the next poll
             log.warning("claim_failed", error=str(exc))
             return False
         try:
             lease = await leases.claim_next(conn, self.worker, self.settings.lease_seconds)
-        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
+        except Exception as exc:
             await self._give_back(conn)
             log.warning("claim_failed", error=str(exc))
             return False
