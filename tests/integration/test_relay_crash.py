@@ -1,0 +1,139 @@
+"""The outbox relay killed (SIGKILL) after the broker acknowledged its events but before it
+removed their outbox rows: the rows stay, the next relay produces them again, and the
+indexer, applying every copy, still converges Qdrant on PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+import uuid
+from asyncio.subprocess import PIPE
+from pathlib import Path
+
+import asyncpg
+from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from memwright.index.drift import find_drift
+from memwright.index.embedders import CachedEmbedder, HashingEmbedder
+from memwright.index.relay import relay_once
+from memwright.index.vectors import VectorIndex
+from memwright.services.indexer.app import apply_records
+from memwright.settings import KafkaSettings
+from qdrant_client import AsyncQdrantClient
+
+from tests.conftest import ROOT
+
+# A relay process that dies between "the broker acknowledged" and "delete the outbox rows".
+DOOMED_RELAY = """
+import asyncio, sys
+from aiokafka import AIOKafkaProducer
+from memwright.index import relay
+from memwright.store.db import create_pool
+
+dsn, bootstrap, topic = sys.argv[1:4]
+produce_all = relay.produce_all
+
+async def produce_then_hang(producer, topic, events):
+    await produce_all(producer, topic, events)
+    print("ACKED", len(events), flush=True)
+    await asyncio.sleep(3600)  # killed here, inside the transaction, before DELETE
+
+relay.produce_all = produce_then_hang
+
+async def main():
+    pool = await create_pool(dsn, 1, 2)
+    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    await relay.relay_once(pool, producer, topic, 500)
+
+asyncio.run(main())
+"""
+
+
+async def _topic(kafka: KafkaSettings) -> str:
+    name = f"{kafka.topic_changelog}.relay-{uuid.uuid4().hex[:6]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, 3, 1)])
+    finally:
+        await admin.close()
+    return name
+
+
+async def _read_all(kafka: KafkaSettings, topic: str, expected: int, timeout: float = 30) -> list[ConsumerRecord]:
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=kafka.kafka_bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    records: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(records) < expected and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                records += batch
+    finally:
+        await consumer.stop()
+    return records
+
+
+async def _outbox(db: asyncpg.Pool) -> int:
+    return int(await db.fetchval("SELECT count(*) FROM index_outbox"))
+
+
+async def test_relay_killed_between_produce_and_delete_produces_again_and_still_converges(
+    db: asyncpg.Pool, pg_dsn: str, kafka: KafkaSettings, tmp_path: Path
+) -> None:
+    topic = await _topic(kafka)
+    memories = [uuid.uuid4() for _ in range(20)]
+    await db.executemany(
+        "INSERT INTO memories (memory_id, user_id, author, text) VALUES ($1, $2, 'user', $3)",
+        [(m, f"user-{i % 4}", f"remember thing {i}") for i, m in enumerate(memories)],
+    )
+    await db.executemany(
+        "INSERT INTO index_outbox (memory_id, user_id) VALUES ($1, $2)",
+        [(m, f"user-{i % 4}") for i, m in enumerate(memories)],
+    )
+
+    doomed = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", DOOMED_RELAY, pg_dsn, kafka.kafka_bootstrap, topic, cwd=ROOT, stdout=PIPE
+    )
+    try:
+        assert doomed.stdout is not None
+        line = (await asyncio.wait_for(doomed.stdout.readline(), 60)).decode()
+        assert line.split() == ["ACKED", "20"], line
+        assert len(await _read_all(kafka, topic, 20)) == 20  # the broker has every event...
+        assert await _outbox(db) == 20  # ...and the rows are still there
+    finally:
+        doomed.send_signal(signal.SIGKILL)
+        await doomed.wait()
+
+    # its connection is gone, its transaction rolled back: a new relay sends the same rows again
+    producer = AIOKafkaProducer(bootstrap_servers=kafka.kafka_bootstrap, acks="all", enable_idempotence=True)
+    await producer.start()
+    try:
+        sent = 0
+        for _ in range(100):  # until PostgreSQL has noticed the dead connection and released its row locks
+            sent = await relay_once(db, producer, topic, 500)
+            if sent:
+                break
+            await asyncio.sleep(0.1)
+    finally:
+        await producer.stop()
+    assert sent == 20 and await _outbox(db) == 0
+
+    records = await _read_all(kafka, topic, 40)
+    assert len(records) == 40  # every change twice: at least once, never lost
+
+    client = AsyncQdrantClient(path=str(tmp_path / "qdrant"))
+    try:
+        index = VectorIndex(client, "memories", CachedEmbedder(HashingEmbedder()))
+        await index.ensure_collection()
+        assert await apply_records(db, index, records[:25], asyncio.Event())
+        assert await apply_records(db, index, records[25:], asyncio.Event())
+        drift = await find_drift(db, index)
+        assert (drift.total, drift.memories, drift.points) == (0, 20, 20)
+    finally:
+        await client.close()
