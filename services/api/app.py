@@ -37,6 +37,7 @@ ACCESS = web.AppKey("access", dict)  # handler -> Access, the route table's poli
 PRINCIPAL = web.RequestKey("principal", Principal)
 USER_ID = re.compile(openapi.USER_ID_PATTERN.removesuffix("$") + r"\Z")
 KIND = re.compile(openapi.KIND_PATTERN.removesuffix("$") + r"\Z")
+IF_MATCH = re.compile(openapi.IF_MATCH_PATTERN.removesuffix("$") + r"\Z")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
@@ -97,12 +98,12 @@ def _memory_id(request: web.Request) -> uuid.UUID:
 
 def _if_match(request: web.Request) -> int | None:
     raw = request.headers.get("If-Match")
-    if raw is None or raw.strip() == "*":
+    if raw is None:
         return None
-    value = raw.strip().removeprefix("W/").strip('"')
-    if not value.isascii() or not value.isdigit() or not 0 < len(value) < 10:
-        raise BadRequest('If-Match must be the memory\'s ETag, its version in quotes (for example "3")')
-    return int(value)
+    if not IF_MATCH.match(raw.strip()):
+        raise BadRequest('If-Match must be the memory\'s ETag, its version in quotes (for example "3"), or *')
+    digits = raw.strip().removeprefix("W/").strip('"')
+    return None if digits == "*" else int(digits)
 
 
 async def _body(request: web.Request, fields: tuple[str, ...]) -> dict[str, Any]:

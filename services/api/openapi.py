@@ -12,6 +12,9 @@ from memwright.store.memories import PREVIEW_CHARS
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
 KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
 REASON_MAX = 500
+NO_NUL = r"^[^\u0000]*$"  # PostgreSQL text cannot hold NUL
+SOME_TEXT = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"  # and something other than white space
+IF_MATCH_PATTERN = r'^(\*|(W/)?"?[1-9][0-9]{0,8}"?)$'
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -72,17 +75,17 @@ IF_MATCH = {
     "name": "If-Match",
     "in": "header",
     "required": False,
-    "description": 'The memory\'s version as its ETag ("3"): the change is refused with 412 if it moved on',
-    "schema": {"type": "string"},
+    "description": 'The memory\'s version as its ETag ("3"), or *: the change is refused with 412 if it moved on',
+    "schema": {"type": "string", "pattern": IF_MATCH_PATTERN},
 }
 NOT_MODIFIED = {"304": {"description": "Not modified (If-None-Match matched)", "headers": ETAG}}
 
 
 def _schemas(settings: ApiSettings) -> dict[str, Any]:
     timestamp = {"type": "string", "format": "date-time"}
-    text = {"type": "string", "minLength": 1, "maxLength": settings.max_memory_chars}
+    text = {"type": "string", "minLength": 1, "maxLength": settings.max_memory_chars, "pattern": SOME_TEXT}
     kind = {"type": "string", "pattern": KIND_PATTERN, "default": "preference"}
-    reason = {"type": "string", "maxLength": REASON_MAX}
+    reason = {"type": "string", "maxLength": REASON_MAX, "pattern": NO_NUL}
     snapshot = _nullable({"type": "object"})
     return {
         "Error": {"type": "object", "required": ["error"], "properties": {"error": {"type": "string"}}},
@@ -363,7 +366,7 @@ def document(settings: ApiSettings) -> dict[str, Any]:
                         "name": "reason",
                         "in": "query",
                         "required": False,
-                        "schema": {"type": "string", "maxLength": REASON_MAX},
+                        "schema": {"type": "string", "maxLength": REASON_MAX, "pattern": NO_NUL},
                     },
                 ],
             ),
