@@ -54,10 +54,10 @@ lint: install ## ruff (lint and format check) and mypy
 	$(VENV)/bin/ruff format --check libs services tests
 	$(VENV)/bin/mypy libs services
 
-eval: install ## measure memory quality on the labelled eval set
+eval: install ## measure memory quality on the labelled eval set (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
 	@$(STACK) start
 	@set -a; eval "$$($(STACK) env)"; set +a; \
-	  $(VENV)/bin/memwright eval; rc=$$?; \
+	  $(VENV)/bin/memwright eval --check; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
 bench: install ## benchmarks (issue 8)

@@ -154,6 +154,9 @@ class CuratorSettings(PostgresSettings):
     llm_base_url: str = ""
     llm_api_key: str = field(default="", repr=False)
     llm_model: str = "gpt-4o-mini"
+    llm_timeout_s: float = 30.0  # per chat completion
+    llm_max_retries: int = 2  # by the openai client, on timeouts, 429 and 5xx
+    llm_max_steps: int = 16  # model calls per run (the tool-call loop is bounded)
 
     def validate(self) -> None:
         super().validate()

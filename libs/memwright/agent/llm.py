@@ -28,9 +28,6 @@ from memwright.agent.tools import MemoryTools, Message
 from memwright.agent.working import FADE_AFTER
 from memwright.settings import CuratorSettings
 
-MAX_STEPS = 16  # chat completions per run at most
-TIMEOUT_S = 60.0  # per completion attempt
-MAX_RETRIES = 2  # per completion, by the openai client (exponential backoff)
 SUMMARY_CHARS = 300
 
 
@@ -215,11 +212,11 @@ class LlmPolicy:
         max_retries: int | None = None,
         fade_after: timedelta = FADE_AFTER,
     ) -> None:
-        # The limits are settings when CuratorSettings has them, else these defaults.
+        # Limits come from CuratorSettings (MEMWRIGHT_LLM_*); tests may override them here.
         self.model = settings.llm_model
-        self.max_steps = max_steps or int(getattr(settings, "llm_max_steps", MAX_STEPS))
-        timeout = timeout_s if timeout_s is not None else float(getattr(settings, "llm_timeout_s", TIMEOUT_S))
-        retries = max_retries if max_retries is not None else int(getattr(settings, "llm_max_retries", MAX_RETRIES))
+        self.max_steps = max_steps or settings.llm_max_steps
+        timeout = timeout_s if timeout_s is not None else settings.llm_timeout_s
+        retries = max_retries if max_retries is not None else settings.llm_max_retries
         self.base_url = settings.llm_base_url
         self.fade_after = fade_after
         self.client = client or AsyncOpenAI(
