@@ -17,7 +17,9 @@ import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import asyncpg
 from prometheus_client import REGISTRY, write_to_textfile
+from qdrant_client.http.exceptions import ResponseHandlingException
 
 from memwright.index.apply import converge
 from memwright.index.drift import KINDS, Drift, find_drift
@@ -224,6 +226,12 @@ def main(command: str, argv: list[str]) -> int:
     except QdrantUnavailable as exc:
         _say(f"memwright index {command}: {exc}", err=True)
         return 2
-    except (OSError, ConnectionError) as exc:
+    except asyncpg.InvalidCatalogNameError as exc:
+        _say(f"memwright index {command}: {exc}; check MEMWRIGHT_PG_DSN (with --demo, run `make demo` first)", err=True)
+        return 2
+    except asyncpg.UndefinedTableError as exc:
+        _say(f"memwright index {command}: {exc}; the schema is missing, run `memwright migrate`", err=True)
+        return 2
+    except (OSError, ResponseHandlingException) as exc:
         _say(f"memwright index {command}: cannot reach PostgreSQL or Qdrant ({exc}); is the stack running?", err=True)
         return 2
