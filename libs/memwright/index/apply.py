@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Iterable
+from typing import Any
 
 import asyncpg
 
@@ -28,6 +29,14 @@ MAX_ROUNDS = 5
 
 # what happened to one memory's point
 UPSERT, DELETE, UNCHANGED, ABSENT, NEWER = "upsert", "delete", "unchanged", "absent", "newer"
+
+
+def _version(payload: dict[str, Any]) -> int:
+    """The point's version; a damaged payload counts as 0, so the row overwrites it."""
+    try:
+        return int(payload.get("version", 0))
+    except (TypeError, ValueError):
+        return 0
 
 
 async def converge(
@@ -53,7 +62,7 @@ async def converge(
                 if point is not None:
                     delete.append(mid)
                 outcome[mid] = DELETE if point is not None else ABSENT
-            elif trust_versions and point is not None and int(point.get("version", 0)) > row["version"]:
+            elif trust_versions and point is not None and _version(point) > row["version"]:
                 outcome[mid] = NEWER  # invariant 9: never replace a point with an older version
             elif point == payload_for(row):
                 outcome[mid] = UNCHANGED
