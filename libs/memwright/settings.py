@@ -174,7 +174,7 @@ class QdrantSettings(BaseSettings):
     qdrant_api_key: str = field(default="", repr=False)
     qdrant_path: str = ".local/qdrant"
     qdrant_collection: str = "memories"
-    embedder: str = "hashing"  # hashing | openai
+    embedder: str = "hashing"  # hashing | openai | local (the local-embeddings extra)
     embed_base_url: str = ""
     embed_model: str = "text-embedding-3-small"
     embed_api_key: str = field(default="", repr=False)
@@ -186,6 +186,17 @@ class IndexerSettings(KafkaSettings, PostgresSettings, QdrantSettings):
     relay_batch: int = 200
     relay_poll_seconds: float = 0.5
     indexer_group: str = "memwright-indexer"
+    drift_check_seconds: float = 600.0  # 0 turns the periodic drift check off
+    drift_settle_seconds: float = 2.0
+    drain_seconds: float = 5.0  # on SIGTERM, keep applying what was already relayed for up to this long
+
+    def validate(self) -> None:
+        super().validate()
+        if self.drift_check_seconds < 0 or self.drift_settle_seconds < 0 or self.drain_seconds < 0:
+            raise SettingsError(
+                f"{PREFIX}DRIFT_CHECK_SECONDS, {PREFIX}DRIFT_SETTLE_SECONDS and {PREFIX}DRAIN_SECONDS "
+                "must not be negative"
+            )
 
 
 @dataclass(frozen=True)

@@ -19,29 +19,12 @@ from memwright.index.embedders import make_embedder
 from memwright.index.relay import outbox_stats, relay_once
 from memwright.index.vectors import VectorIndex, open_client
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
-from memwright.settings import PREFIX, IndexerSettings, SettingsError
+from memwright.settings import IndexerSettings
 from memwright.store.db import create_pool
 
 log = structlog.get_logger()
 
 MAX_RETRY_PAUSE = 30.0
-
-
-@dataclass(frozen=True)
-class IndexerServiceSettings(IndexerSettings):
-    """IndexerSettings and the indexer's own loop timings (MEMWRIGHT_DRIFT_CHECK_SECONDS, ...)."""
-
-    drift_check_seconds: float = 600.0  # 0 turns the periodic drift check off
-    drift_settle_seconds: float = 2.0
-    drain_seconds: float = 5.0  # on SIGTERM, keep applying what was already relayed for up to this long
-
-    def validate(self) -> None:
-        super().validate()
-        if self.drift_check_seconds < 0 or self.drift_settle_seconds < 0 or self.drain_seconds < 0:
-            raise SettingsError(
-                f"{PREFIX}DRIFT_CHECK_SECONDS, {PREFIX}DRIFT_SETTLE_SECONDS and {PREFIX}DRAIN_SECONDS "
-                "must not be negative"
-            )
 
 
 @dataclass
@@ -110,7 +93,7 @@ async def apply_records(
 
 
 async def apply_loop(
-    settings: IndexerServiceSettings,
+    settings: IndexerSettings,
     pool: asyncpg.Pool,
     index: VectorIndex,
     stop: asyncio.Event,
@@ -160,7 +143,7 @@ async def _publish_lag(consumer: AIOKafkaConsumer) -> int:
 
 
 async def drift_loop(
-    settings: IndexerServiceSettings,
+    settings: IndexerSettings,
     pool: asyncpg.Pool,
     index: VectorIndex,
     stop: asyncio.Event,
@@ -194,7 +177,7 @@ async def drift_loop(
         await _pause(stop, settings.drift_check_seconds)
 
 
-async def serve(settings: IndexerServiceSettings, stop: asyncio.Event) -> None:
+async def serve(settings: IndexerSettings, stop: asyncio.Event) -> None:
     pool = await create_pool(settings.pg_dsn, 1, settings.pg_pool_max)
     client = open_client(settings)
     try:
@@ -220,6 +203,6 @@ async def serve(settings: IndexerServiceSettings, stop: asyncio.Event) -> None:
 
 
 def main() -> None:
-    settings = IndexerServiceSettings.from_env()
+    settings = IndexerSettings.from_env()
     logs.configure("indexer", settings.log_level, settings.log_json)
     run_until_stopped(lambda stop: serve(settings, stop))

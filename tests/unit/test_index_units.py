@@ -17,8 +17,8 @@ from memwright.index import admin
 from memwright.index.drift import Drift, _classify
 from memwright.index.embedders import CachedEmbedder, HashingEmbedder, make_embedder
 from memwright.index.vectors import payload_for
-from memwright.services.indexer.app import IndexerServiceSettings, _memory_ids
-from memwright.settings import QdrantSettings, SettingsError
+from memwright.services.indexer.app import _memory_ids
+from memwright.settings import IndexerSettings, QdrantSettings, SettingsError
 
 ROW = {
     "memory_id": uuid.uuid4(),
@@ -143,9 +143,9 @@ def test_drift_is_classified_as_missing_stale_or_orphaned() -> None:
 
 def test_indexer_timings_are_validated_at_start() -> None:
     env = {"MEMWRIGHT_KAFKA_BOOTSTRAP": "k:9092", "MEMWRIGHT_PG_DSN": "postgresql://x/y"}
-    assert IndexerServiceSettings.from_env(env).drift_check_seconds == 600.0
+    assert IndexerSettings.from_env(env).drift_check_seconds == 600.0
     with pytest.raises(SettingsError, match="DRIFT_CHECK_SECONDS"):
-        IndexerServiceSettings.from_env({**env, "MEMWRIGHT_DRIFT_CHECK_SECONDS": "-1"})
+        IndexerSettings.from_env({**env, "MEMWRIGHT_DRIFT_CHECK_SECONDS": "-1"})
 
 
 def test_demo_flag_points_at_the_demo_database_and_its_newest_store(
