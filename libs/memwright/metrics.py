@@ -61,6 +61,9 @@ CURATOR_TOOL_CALLS = Counter(
 )
 CURATOR_LLM_CALLS = Counter("memwright_curator_llm_calls_total", "LLM chat completions by outcome", ["outcome"])
 CURATOR_LLM_TOKENS = Counter("memwright_curator_llm_tokens_total", "LLM tokens by kind", ["kind"])
+CURATOR_MEMORIES = Gauge(
+    "memwright_curator_memories", "Memories in PostgreSQL by author (user, agent), all users together", ["author"]
+)
 
 # indexer
 INDEXER_OUTBOX_DEPTH = Gauge("memwright_indexer_outbox_depth", "Outbox rows not yet relayed to Kafka")

@@ -33,6 +33,7 @@ from memwright.store import leases
 from memwright.store.db import create_pool
 
 log = structlog.get_logger()
+MEMORY_COUNT_SECONDS = 60.0  # counting every memory is a scan: less often than the backlog
 
 
 def make_policy(settings: CuratorSettings) -> Policy:
@@ -188,14 +189,27 @@ class Curator:
             log.warning("connection_release_failed", error=str(exc))
 
     async def publish_backlog(self, stop: asyncio.Event) -> None:
+        counted_at = -MEMORY_COUNT_SECONDS
         while not stop.is_set():
             try:
                 users, age = await leases.backlog_stats(self.pool)
                 metrics.CURATOR_BACKLOG_USERS.set(users)
                 metrics.CURATOR_OLDEST_WAIT.set(age)
+                if time.monotonic() - counted_at >= MEMORY_COUNT_SECONDS:
+                    for author, count in (await memories_by_author(self.pool)).items():
+                        metrics.CURATOR_MEMORIES.labels(author).set(count)
+                    counted_at = time.monotonic()
             except Exception as exc:
                 log.warning("backlog_stats_failed", error=str(exc))
             await _first_of(stop, timeout=5)
+
+
+async def memories_by_author(pool: asyncpg.Pool) -> dict[str, int]:
+    """Memories of all users together by author, for memwright_curator_memories (no user label)."""
+    counts = {"user": 0, "agent": 0}  # both series exist from the start, even at 0
+    for row in await pool.fetch("SELECT author, count(*) AS n FROM memories GROUP BY author"):
+        counts[row["author"]] = row["n"]
+    return counts
 
 
 def _millis(seconds: float) -> int:
