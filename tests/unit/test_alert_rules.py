@@ -7,6 +7,7 @@ promtool tests skip only when it is not installed.
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -92,3 +93,16 @@ def test_every_alert_is_tested_firing_and_quiet() -> None:
     names = {a["alert"] for a in alerts()}
     assert names - fired == set(), "alerts never tested firing"
     assert names - quiet == set(), "alerts never tested staying quiet"
+
+
+def test_llm_error_alert_counts_every_outcome_llm_py_records_but_ok() -> None:
+    """MemwrightLLMErrors divides outcome!="ok" by all calls: llm.py must call success "ok"."""
+    source = (ROOT / "libs" / "memwright" / "agent" / "llm.py").read_text()
+    assert set(re.findall(r'CURATOR_LLM_CALLS\.labels\("(\w+)"\)', source)) == {"ok", "error", "timeout"}
+    (alert,) = [a for a in alerts() if a["alert"] == "MemwrightLLMErrors"]
+    assert 'outcome!="ok"' in alert["expr"]
+
+
+def test_drift_alert_uses_the_indexer_drift_gauge_by_kind() -> None:
+    (alert,) = [a for a in alerts() if a["alert"] == "MemwrightIndexerDrift"]
+    assert "memwright_indexer_drift_points" in alert["expr"] and "by (kind)" in alert["expr"]
