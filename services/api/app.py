@@ -1,11 +1,12 @@
 """api: the memory API for working agents and users.
 
-Every route is declared once in ROUTES with the access it needs; one middleware (`guard`)
-authenticates the bearer JWT (401), applies the per-token rate limit (429), checks the
-scope (403), checks that the token may reach the {user_id} in the path (403) and the
-body size (413) before any handler runs. A route without a declared access is refused
-at start, so a route added later cannot skip authentication. Handlers validate input
-(400) and call the store; the SQL lives in memwright.store.
+Every route is declared once, in the route table at the end of `build_app`, with the
+access it needs (`Access`). One middleware (`guard`) authenticates the bearer JWT (401),
+applies the per-token rate limit (429), checks the scope (403), checks that the token may
+reach the {user_id} in the path (403) and the body size (413) before any handler runs. A
+route without a declared access is refused at start (and with 403 if added later), so no
+route can skip authentication. Handlers validate input (400) and call the store; the SQL
+lives in memwright.store (memories.py, user_writes.py, erasure.py).
 """
 
 from __future__ import annotations
@@ -298,8 +299,7 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
                 request[PRINCIPAL].subject,
                 reason or "edited by the user",
             )
-        found = await memories.get_with_receipts(pool, user_id, memory_id)
-        return web.json_response(found or updated, headers=_memory_etag(updated["version"]))
+        return web.json_response(updated, headers=_memory_etag(updated["version"]))  # user-written: no receipts
 
     async def delete_memory(request: web.Request) -> web.Response:
         user_id, memory_id = request.match_info["user_id"], _memory_id(request)

@@ -137,7 +137,7 @@ WHERE user_id = $1 AND erased_at IS NULL  -- the 0002 trigger allows exactly thi
 
 AUDIT_ERASE = """
 INSERT INTO memory_audit (memory_id, user_id, action, actor, principal, erased_at)
-SELECT unnest($2::uuid[]), $1, 'erase', $3, $4, now()
+SELECT unnest($2::uuid[]), $1, 'erase', $3, $4, now()  -- invariant 6: the erasure itself is audited, without content
 """
 
 

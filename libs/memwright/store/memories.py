@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
+from typing import Any, TypeAlias
 
 import asyncpg
 
@@ -20,7 +20,7 @@ def preview(text: str) -> str:
     return text if len(text) <= PREVIEW_CHARS else text[: PREVIEW_CHARS - 1].rstrip() + "…"
 
 
-Conn = asyncpg.Connection | asyncpg.Pool
+Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
 async def list_previews(conn: Conn, user_id: str) -> tuple[list[dict[str, Any]], str]:

@@ -49,11 +49,11 @@ WHERE memory_id = $1 AND user_id = $2 AND author = 'user'  -- invariant 7: PATCH
 RETURNING memory_id, author, kind, text, version, created_at, updated_at
 """
 
-DELETE_MEMORY = "DELETE FROM memories WHERE memory_id = $1 AND user_id = $2"
+DELETE_MEMORY = "DELETE FROM memories WHERE memory_id = $1 AND user_id = $2"  # tenant isolation: user id in the key
 
 AUDIT = """
 INSERT INTO memory_audit (memory_id, user_id, action, actor, run_id, before, after, evidence, reason, principal)
-VALUES ($1, $2, $3, 'user', NULL, $4, $5, '{}', $6, $7)
+VALUES ($1, $2, $3, 'user', NULL, $4, $5, '{}', $6, $7)  -- invariant 6: every change is in the audit trail
 """
 
 OUTBOX = "INSERT INTO index_outbox (memory_id, user_id) VALUES ($1, $2)"  # invariant 9: the index follows
