@@ -83,6 +83,7 @@ async def api(db: asyncpg.Pool, tmp_path: Path) -> AsyncIterator[tuple[TestClien
     app = build_app(settings, db)
     async with TestClient(TestServer(app)) as client:
         yield client, app, settings
+    await db.execute("TRUNCATE user_erasures")  # leave no erasure behind for other tests
 
 
 async def _status(client: TestClient, method: str, path: str, token: str | None, body: object = None) -> int:
