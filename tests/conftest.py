@@ -31,6 +31,7 @@ TABLES = (
     "memory_audit",
     "index_outbox",
     "curation_runs",
+    "user_erasures",
 )
 JWT_SECRET = "test-secret-" + "x" * 32
 
