@@ -132,6 +132,12 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
     limiter = limiter or RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
     access: dict[Handler, Access] = {}
     spec = openapi.document(settings)
+    # the query parameters each operation declares; anything else is refused with a 400
+    query_params = {
+        (path, method.upper()): {p["name"] for p in op.get("parameters", []) if p.get("in") == "query"}
+        for path, operations in spec["paths"].items()
+        for method, op in operations.items()
+    }
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -184,6 +190,13 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
                 raise BadRequest("user_id must be 1-128 letters, digits, _ . : @ -, starting with a letter or digit")
             if not principal.may_access(user_id):  # tenant isolation
                 raise AuthError(403, "token may not access this user's data")
+        declared = query_params.get((match.route.resource.canonical, request.method), set())  # type: ignore[union-attr]
+        unknown = sorted(set(request.query) - declared)
+        if unknown:
+            accepted = ", ".join(sorted(declared)) or "none"
+            raise BadRequest(
+                f"unknown query parameter(s) {', '.join(map(repr, unknown))}; this route accepts: {accepted}"
+            )
         if request.content_length is not None and request.content_length > settings.max_body_bytes:
             return _error(413, f"body larger than {settings.max_body_bytes} bytes")
         request[PRINCIPAL] = principal

@@ -456,3 +456,10 @@ async def test_a_service_needs_admin_to_export_or_erase_and_a_user_erases_only_t
     admin = {"Authorization": "Bearer " + mint(SETTINGS, "service:privacy", ["admin"])}
     async with api.client.delete("/v1/users/alice", headers=admin) as r:
         assert r.status == 200 and (await r.json())["requested_by"] == "service:privacy"
+
+
+async def test_unknown_query_parameters_are_refused_with_what_the_route_accepts(api: Api) -> None:
+    answer = await api.call("GET", "/v1/users/alice/context?format=text&verbose=1", expect=400)
+    assert answer["error"] == "unknown query parameter(s) 'verbose'; this route accepts: format"
+    answer = await api.call("GET", "/v1/users/alice/memories?page=2", expect=400)
+    assert answer["error"].endswith("this route accepts: none")
