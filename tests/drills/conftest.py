@@ -1,0 +1,169 @@
+"""Fault drills run against a PRIVATE Kafka + PostgreSQL: deploy/local/stack.sh with its own
+state folder and free ports, started once per session and stopped at its end. Drills stop,
+restart and kill freely; the shared stack that other test sessions use is never touched.
+
+Each drill gets a fresh database, fresh topics and the five services as processes
+(`drill` fixture), with a 1 s window and a 10 s lease so recovery stays within seconds.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import asyncpg
+import pytest
+from memwright.auth import mint
+from memwright.localrun import ServiceProcesses, free_ports
+from memwright.settings import AuthSettings, KafkaSettings
+from memwright.store.migrate import migrate
+from memwright.topics import ensure_topics
+
+from tests.conftest import JWT_SECRET, ROOT, STACK
+
+LEASE_SECONDS = 10  # a SIGKILLed curator's users are taken over when its lease expires
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "drills: fault drills against a private Kafka + PostgreSQL (tests/drills)")
+
+
+@dataclass
+class PrivateStack:
+    local_dir: Path
+    kafka_port: int
+    controller_port: int
+    pg_port: int
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            "MEMWRIGHT_LOCAL_DIR": str(self.local_dir),
+            "MEMWRIGHT_KAFKA_PORT": str(self.kafka_port),
+            "MEMWRIGHT_KAFKA_CONTROLLER_PORT": str(self.controller_port),
+            "MEMWRIGHT_PG_PORT": str(self.pg_port),
+        }
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.kafka_port}"
+
+    @property
+    def admin_dsn(self) -> str:
+        return f"postgresql://memwright:memwright@127.0.0.1:{self.pg_port}/memwright"
+
+    def _stack(self, command: str, component: str = "all") -> None:
+        done = subprocess.run(
+            [str(STACK), command, component],
+            env={**os.environ, **self.env},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            timeout=180,
+        )
+        if done.returncode != 0:
+            raise RuntimeError(f"stack.sh {command} {component} failed:\n{done.stdout}")
+
+    def start(self, component: str = "all") -> None:
+        self._stack("start", component)
+
+    def stop(self, component: str = "all") -> None:
+        self._stack("stop", component)
+
+
+@pytest.fixture(scope="session")
+def private_stack() -> Iterator[PrivateStack]:
+    local = Path(tempfile.mkdtemp(prefix="memwright-drills-"))
+    local.chmod(0o755)  # PostgreSQL runs as the postgres user when we are root: it must reach its folder
+    cache = ROOT / ".local" / "cache"
+    cache.mkdir(parents=True, exist_ok=True)
+    (local / "cache").symlink_to(cache)  # the Kafka jars, fetched once for every stack
+    kafka, controller, pg = free_ports(3)
+    stack = PrivateStack(local, kafka, controller, pg)
+    try:
+        stack.start()
+        yield stack
+    finally:
+        try:
+            stack.stop()
+        finally:
+            shutil.rmtree(local, ignore_errors=True)
+
+
+@dataclass
+class Drill:
+    stack: PrivateStack
+    procs: ServiceProcesses
+    dsn: str
+    kafka: KafkaSettings
+    token: str
+    pool: asyncpg.Pool
+
+    @property
+    def ingest(self) -> str:
+        return self.procs.url("ingest")
+
+    def auth(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.token}"}
+
+
+async def _admin(dsn: str, statement: str) -> None:
+    conn = await asyncpg.connect(dsn)
+    try:
+        await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
+@pytest.fixture
+async def drill(private_stack: PrivateStack, tmp_path: Path) -> AsyncIterator[Drill]:
+    """A fresh database and topics on the private stack, and the five services running on them."""
+    private_stack.start()  # idempotent: a drill that failed half-way may have left a part stopped
+    tag = uuid.uuid4().hex[:8]
+    database = f"drill_{tag}"
+    await _admin(private_stack.admin_dsn, f'CREATE DATABASE "{database}"')
+    dsn = private_stack.admin_dsn.rsplit("/", 1)[0] + "/" + database
+    await migrate(dsn)
+    prefix = f"d{tag}"
+    kafka = replace(
+        KafkaSettings(kafka_bootstrap=private_stack.bootstrap),
+        topic_signals=f"{prefix}.memory.signals",
+        topic_dlq=f"{prefix}.memory.signals.dlq",
+        topic_changelog=f"{prefix}.memory.changelog",
+    )
+    await ensure_topics(kafka, sweeper_app_id=f"{prefix}-sweeper")
+    env = {
+        "MEMWRIGHT_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
+        "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
+        "MEMWRIGHT_TOPIC_DLQ": kafka.topic_dlq,
+        "MEMWRIGHT_TOPIC_CHANGELOG": kafka.topic_changelog,
+        "MEMWRIGHT_SWEEPER_APP_ID": f"{prefix}-sweeper",
+        "MEMWRIGHT_SWEEPER_DATA_DIR": str(tmp_path / "sweeper"),
+        "MEMWRIGHT_INDEXER_GROUP": f"{prefix}-indexer",
+        "MEMWRIGHT_PG_DSN": dsn,
+        "MEMWRIGHT_JWT_SECRET": JWT_SECRET,
+        "MEMWRIGHT_WINDOW_SECONDS": "1",
+        "MEMWRIGHT_POLL_SECONDS": "0.2",
+        "MEMWRIGHT_LEASE_SECONDS": str(LEASE_SECONDS),
+        "MEMWRIGHT_QDRANT_PATH": str(tmp_path / "qdrant"),
+        "MEMWRIGHT_LOG_LEVEL": "info",
+    }
+    procs = ServiceProcesses(env, tmp_path / "logs")
+    procs.start()
+    pool = await asyncpg.create_pool(dsn, min_size=0, max_size=4)  # min 0: no reconnect noise while PostgreSQL is down
+    assert pool is not None
+    try:
+        await procs.wait_ready(timeout=120)
+        token = mint(AuthSettings(jwt_secret=JWT_SECRET), "service:drills", ["signals:write", "memories:read"])
+        yield Drill(private_stack, procs, dsn, kafka, token, pool)
+    finally:
+        await pool.close()
+        procs.stop()
+        private_stack.start()  # leave the stack whole for the next drill
+        await _admin(private_stack.admin_dsn, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
