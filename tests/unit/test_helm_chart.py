@@ -12,12 +12,21 @@ import json
 import shutil
 import subprocess
 import tarfile
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
+from memwright.settings import (
+    PREFIX,
+    ApiSettings,
+    CuratorSettings,
+    IndexerSettings,
+    IngestSettings,
+    SweeperSettings,
+)
 
 Obj = dict[str, Any]  # one rendered Kubernetes object
 
@@ -124,6 +133,12 @@ def test_helm_lint_passes(values_file: str | None) -> None:
         ("sweeper.replicass=2", "replicass"),  # a typo is an error, not a silent default
         ("api.env.JWT_SECRET=x", "JWT_SECRET"),  # only MEMWRIGHT_* names
         ("secrets.existingSecret=", "/secrets/existingSecret"),
+        ("auth.jwks.enabled=true", "/auth/jwks"),  # a JWKS needs a ConfigMap or a Secret
+        ("auth.jwks.enabled=true,auth.jwks.configMap=a,auth.jwks.secret=b", "/auth/jwks"),  # not both
+        ("auth.hs256.enabled=false", "/auth/jwks/enabled"),  # no HS256 and no JWKS: no token verifies
+        ("llm.maxSteps=0", "/llm/maxSteps"),
+        ("llm.timeoutSeconds=0", "/llm/timeoutSeconds"),
+        ("indexer.driftCheckSeconds=-1", "/indexer/driftCheckSeconds"),
     ],
 )
 def test_wrong_value_fails_on_the_schema(setting: str, message: str) -> None:
@@ -290,3 +305,85 @@ def test_packaged_chart_contains_the_dashboards(tmp_path: Path) -> None:
     with tarfile.open(archive) as tar:
         packaged = {Path(n).name for n in tar.getnames() if "/dashboards/" in n}
     assert packaged == {p.name for p in DASHBOARDS.glob("*.json")}
+
+
+@needs_helm
+def test_every_setting_the_chart_passes_is_one_a_service_reads(default_objs: list[Obj]) -> None:
+    known = {
+        PREFIX + f.name.upper()
+        for cls in (IngestSettings, SweeperSettings, CuratorSettings, IndexerSettings, ApiSettings)
+        for f in fields(cls)
+    }
+    (config,) = [c for c in of_kind(default_objs, "ConfigMap") if c["metadata"]["name"] == "rel-memwright"]
+    assert set(config["data"]) - known == set(), "a typo in a setting name is silently ignored"
+    passed = {e["name"] for _, spec in pod_specs(default_objs) for c in spec["containers"] for e in c.get("env", [])}
+    assert {n for n in passed if n.startswith(PREFIX)} - known == set()
+
+
+@needs_helm
+def test_chart_defaults_of_llm_and_indexer_settings_are_the_services_defaults(default_objs: list[Obj]) -> None:
+    (config,) = [c for c in of_kind(default_objs, "ConfigMap") if c["metadata"]["name"] == "rel-memwright"]
+    for cls, names in {
+        CuratorSettings: ("llm_timeout_s", "llm_max_retries", "llm_max_steps"),
+        IndexerSettings: ("drift_check_seconds", "drift_settle_seconds", "drain_seconds"),
+    }.items():
+        for name in names:
+            assert float(config["data"][PREFIX + name.upper()]) == getattr(cls, name), name
+
+
+@needs_helm
+def test_indexer_drain_must_fit_in_its_termination_grace_period() -> None:
+    proc = helm("template", "rel", str(CHART), "--set", "indexer.drainSeconds=30", check=False)
+    assert proc.returncode != 0
+    assert "indexer.drainSeconds must be below indexer.terminationGracePeriodSeconds" in proc.stderr
+
+
+@needs_helm
+def test_without_jwks_ingest_and_api_require_the_jwt_secret(default_objs: list[Obj]) -> None:
+    for svc in ("ingest", "api"):
+        c = container(default_objs, svc)
+        ref = env_of(c)["MEMWRIGHT_JWT_SECRET"]["valueFrom"]["secretKeyRef"]
+        assert "optional" not in ref, svc
+        assert "MEMWRIGHT_JWT_JWKS_FILE" not in env_of(c)
+        assert "jwks" not in {m["name"] for m in c["volumeMounts"]}
+
+
+@needs_helm
+@pytest.mark.parametrize("source", ["configMap", "secret"])
+def test_jwks_is_mounted_into_ingest_and_api_and_the_jwt_secret_becomes_optional(source: str) -> None:
+    objs = render(None, "auth.jwks.enabled=true", f"auth.jwks.{source}=memwright-jwks", "auth.jwks.key=keys.json")
+    for svc in SERVICES:
+        spec = deployment(objs, svc)["spec"]["template"]["spec"]
+        env = env_of(spec["containers"][0])
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        if svc not in ("ingest", "api"):
+            assert "jwks" not in volumes and "MEMWRIGHT_JWT_JWKS_FILE" not in env, svc
+            continue
+        (mount,) = [m for m in spec["containers"][0]["volumeMounts"] if m["name"] == "jwks"]
+        # the directory, not the file (subPath): an updated ConfigMap or Secret reaches the pod
+        # and auth.py re-reads the changed file, so keys rotate without a restart
+        assert mount["readOnly"] is True and "subPath" not in mount
+        volume = volumes["jwks"]
+        if source == "configMap":
+            assert volume["configMap"]["name"] == "memwright-jwks"
+            items = volume["configMap"]["items"]
+        else:
+            assert volume["secret"]["secretName"] == "memwright-jwks"
+            items = volume["secret"]["items"]
+        assert items == [{"key": "keys.json", "path": "jwks.json"}]
+        assert env["MEMWRIGHT_JWT_JWKS_FILE"]["value"] == mount["mountPath"] + "/jwks.json"
+        # HS256 still works while the Secret has the key, and the pod starts without it
+        assert env["MEMWRIGHT_JWT_SECRET"]["valueFrom"]["secretKeyRef"]["optional"] is True
+    for version in KUBE_VERSIONS:
+        for obj in objs:
+            if obj["kind"] not in CRD_KINDS:
+                kubernetes_validate.validate(obj, version, strict=True)
+
+
+@needs_helm
+def test_rs256_only_reads_no_jwt_secret() -> None:
+    objs = render("rs256-values.yaml")
+    for svc in ("ingest", "api"):
+        env = env_of(container(objs, svc))
+        assert "MEMWRIGHT_JWT_SECRET" not in env, svc
+        assert env["MEMWRIGHT_JWT_JWKS_FILE"]["value"].endswith("/jwks.json")

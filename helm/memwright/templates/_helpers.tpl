@@ -113,8 +113,9 @@ The secrets each service reads, and no others. Call with (dict "root" $ "svc" "i
 {{- define "memwright.serviceSecretEnv" -}}
 {{- $root := .root -}}
 {{- $k := $root.Values.secrets.keys -}}
-{{- if has .svc (list "ingest" "api") }}
-{{ include "memwright.secretEnv" (dict "root" $root "var" "MEMWRIGHT_JWT_SECRET" "key" $k.jwtSecret) }}
+{{- if and (has .svc (list "ingest" "api")) $root.Values.auth.hs256.enabled }}
+{{- /* with a JWKS for RS256 the shared secret is optional: HS256 works only while the key exists */}}
+{{ include "memwright.secretEnv" (dict "root" $root "var" "MEMWRIGHT_JWT_SECRET" "key" $k.jwtSecret "optional" $root.Values.auth.jwks.enabled) }}
 {{- end }}
 {{- if has .svc (list "sweeper" "curator" "indexer" "api") }}
 {{ include "memwright.pgSecretEnv" $root }}
@@ -159,7 +160,20 @@ MEMWRIGHT_CONCURRENCY: {{ .Values.curator.concurrency | quote }}
 MEMWRIGHT_MEMORY_BUDGET: {{ .Values.curator.memoryBudget | quote }}
 MEMWRIGHT_LLM_BASE_URL: {{ .Values.llm.baseUrl | quote }}
 MEMWRIGHT_LLM_MODEL: {{ .Values.llm.model | quote }}
+MEMWRIGHT_LLM_TIMEOUT_S: {{ .Values.llm.timeoutSeconds | quote }}
+MEMWRIGHT_LLM_MAX_RETRIES: {{ .Values.llm.maxRetries | quote }}
+MEMWRIGHT_LLM_MAX_STEPS: {{ .Values.llm.maxSteps | quote }}
+MEMWRIGHT_DRIFT_CHECK_SECONDS: {{ .Values.indexer.driftCheckSeconds | quote }}
+MEMWRIGHT_DRIFT_SETTLE_SECONDS: {{ .Values.indexer.driftSettleSeconds | quote }}
+MEMWRIGHT_DRAIN_SECONDS: {{ .Values.indexer.drainSeconds | quote }}
 {{- range $name, $value := .Values.config.extra }}
 {{ $name }}: {{ $value | quote }}
 {{- end }}
+{{- end -}}
+
+
+{{/* Where ingest and api find the JWKS file (auth.jwks): the directory is mounted, never the file
+alone (subPath), so an updated ConfigMap or Secret reaches the pod. */}}
+{{- define "memwright.jwksDir" -}}
+/etc/memwright/jwks
 {{- end -}}
