@@ -110,7 +110,7 @@ async def swept(pool: asyncpg.Pool, users: list[str]) -> dict[str, int]:
     return {r["message_id"]: r["n"] for r in rows}
 
 
-async def assert_swept_exactly_once(pool: asyncpg.Pool, poster: Poster, timeout: float = 180) -> None:
+async def assert_swept_exactly_once(pool: asyncpg.Pool, poster: Poster, timeout: float = 120) -> None:
     acked = poster.acked()
     users = sorted(set(poster.users))
 
