@@ -37,12 +37,21 @@ class WindowBuffer:
         window.receipts.append(receipt)
 
     def due(self, now: float) -> list[Window]:
-        """Windows whose end has passed, oldest first; they stay open until `closed` is called."""
+        """Windows whose end has passed, oldest first."""
         return sorted((w for w in self.open.values() if w.end <= now), key=lambda w: w.end)
 
-    def closed(self, window: Window) -> None:
+    def detach(self, window: Window) -> None:
+        """Take a window out before writing it: signals that arrive during the write open a new one."""
         if self.open.get(window.user_id) is window:
             del self.open[window.user_id]
+
+    def restore(self, window: Window) -> None:
+        """Put back a window whose write failed, ahead of anything that arrived meanwhile."""
+        newer = self.open.get(window.user_id)
+        if newer is not None:
+            window.signals += newer.signals
+            window.receipts += newer.receipts
+        self.open[window.user_id] = window
 
     def all(self) -> list[Window]:
         return list(self.open.values())

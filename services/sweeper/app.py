@@ -67,12 +67,16 @@ class Sweeper:
 
     async def flush(self, window: Window) -> None:
         started = time.monotonic()
-        pool = await self.pool()
-        async with pool.acquire() as conn:
-            new = await write_window(conn, window.user_id, window.signals)
+        self.buffer.detach(window)  # signals arriving during the write belong to the next window
+        try:
+            pool = await self.pool()
+            async with pool.acquire() as conn:
+                new = await write_window(conn, window.user_id, window.signals)
+        except BaseException:
+            self.buffer.restore(window)  # nothing acked: retried on the next tick
+            raise
         for event in window.receipts:
             event.ack()  # only now may the offset be committed
-        self.buffer.closed(window)
         metrics.SWEEPER_WINDOWS.inc()
         metrics.SWEEPER_SIGNALS.inc(new)
         metrics.SWEEPER_DUPLICATES.inc(len(window.signals) - new)
@@ -83,9 +87,9 @@ class Sweeper:
         for window in self.buffer.due(now):
             try:
                 await self.flush(window)
-            except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
-                # keep the window and its unacked offsets; retry on the next tick
-                log.warning("window_write_failed", user_id=window.user_id, error=str(exc))
+            except Exception as exc:
+                # the window and its unacked offsets are kept; retry on the next tick
+                log.warning("window_write_failed", user_id=window.user_id, error=repr(exc))
                 return
         metrics.SWEEPER_OPEN_WINDOWS.set(len(self.buffer.open))
 

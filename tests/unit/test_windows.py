@@ -21,12 +21,22 @@ def test_windows_are_per_user_and_close_when_their_end_passes() -> None:
     assert wb.user_id == "b"
 
 
-def test_a_window_stays_open_until_it_is_written() -> None:
+def test_signals_arriving_during_a_write_go_to_the_next_window() -> None:
     buf = WindowBuffer(1)
     buf.add(s("a", "1"), "r1", now=0.2)
     [w] = buf.due(5)
-    assert buf.due(5) == [w]  # a failed write keeps it
-    buf.closed(w)
-    assert buf.due(5) == []
+    buf.detach(w)  # being written
     buf.add(s("a", "2"), "r2", now=5.1)
-    assert [w.start for w in buf.all()] == [5]
+    assert [x.message_id for x in w.signals] == ["1"]
+    assert [(x.start, [m.message_id for m in x.signals]) for x in buf.all()] == [(5, ["2"])]
+
+
+def test_a_failed_write_puts_its_window_back_ahead_of_newer_signals() -> None:
+    buf = WindowBuffer(1)
+    buf.add(s("a", "1"), "r1", now=0.2)
+    [w] = buf.due(5)
+    buf.detach(w)
+    buf.add(s("a", "2"), "r2", now=5.1)
+    buf.restore(w)
+    [back] = buf.due(5)
+    assert back.start == 0 and [m.message_id for m in back.signals] == ["1", "2"] and back.receipts == ["r1", "r2"]
