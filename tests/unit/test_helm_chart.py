@@ -372,7 +372,7 @@ def test_jwks_is_mounted_into_ingest_and_api_and_the_jwt_secret_becomes_optional
             items = volume["secret"]["items"]
         assert items == [{"key": "keys.json", "path": "jwks.json"}]
         assert env["MEMWRIGHT_JWT_JWKS_FILE"]["value"] == mount["mountPath"] + "/jwks.json"
-        # HS256 still works while the Secret has the key, and the pod starts without it
+        # HS256 still works when the Secret has the key, and the pod starts without it
         assert env["MEMWRIGHT_JWT_SECRET"]["valueFrom"]["secretKeyRef"]["optional"] is True
     for version in KUBE_VERSIONS:
         for obj in objs:

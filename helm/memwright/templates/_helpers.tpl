@@ -114,7 +114,7 @@ The secrets each service reads, and no others. Call with (dict "root" $ "svc" "i
 {{- $root := .root -}}
 {{- $k := $root.Values.secrets.keys -}}
 {{- if and (has .svc (list "ingest" "api")) $root.Values.auth.hs256.enabled }}
-{{- /* with a JWKS for RS256 the shared secret is optional: HS256 works only while the key exists */}}
+{{- /* with a JWKS for RS256 the shared secret is optional: HS256 works if the key exists at pod start */}}
 {{ include "memwright.secretEnv" (dict "root" $root "var" "MEMWRIGHT_JWT_SECRET" "key" $k.jwtSecret "optional" $root.Values.auth.jwks.enabled) }}
 {{- end }}
 {{- if has .svc (list "sweeper" "curator" "indexer" "api") }}
