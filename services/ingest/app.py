@@ -13,6 +13,14 @@ import time
 
 import structlog
 from aiohttp import web
+from aiokafka.errors import (
+    IllegalStateError,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    OutOfOrderSequenceNumber,
+    ProducerFenced,
+    UnknownProducerId,
+)
 from memwright import logs, metrics
 from memwright.auth import AuthError, authorize
 from memwright.events import InvalidSignal, Signal, parse_signal
@@ -44,17 +52,47 @@ def parse_body(body: object, max_batch: int) -> list[Signal]:
     return [parse_signal(item, i if len(items) > 1 else None) for i, item in enumerate(items)]
 
 
+# Errors after which an idempotent producer's state is lost for good (seen when the broker
+# restarts: its sequence numbers no longer line up). Only a new producer recovers.
+FATAL_PRODUCER_ERRORS = (
+    OutOfOrderSequenceNumber,
+    UnknownProducerId,
+    InvalidProducerEpoch,
+    InvalidProducerIdMapping,
+    ProducerFenced,
+    IllegalStateError,
+)
+
+
 class ProducerKeeper:
-    """Starts the Kafka producer in the background and restarts it after failures, so ingest
-    comes up (and answers 503) even while Kafka is down."""
+    """Starts the Kafka producer in the background and replaces it after fatal errors, so ingest
+    comes up (and answers 503) while Kafka is down and recovers by itself when it returns."""
 
     def __init__(self, settings: IngestSettings) -> None:
         self.settings = settings
         self.producer: SignalProducer | None = None
         self._task: asyncio.Task[None] | None = None
+        self._retired: set[asyncio.Task[None]] = set()
 
     def start(self) -> None:
         self._task = asyncio.create_task(self._keep())
+
+    def replace(self, broken: SignalProducer) -> None:
+        """Drop a producer that hit a fatal error and start a fresh one in the background."""
+        if self.producer is not broken:
+            return  # another request already replaced it
+        self.producer = None
+        retire = asyncio.create_task(self._retire(broken))
+        self._retired.add(retire)
+        retire.add_done_callback(self._retired.discard)
+        if self._task is None or self._task.done():
+            self.start()
+
+    async def _retire(self, broken: SignalProducer) -> None:
+        try:
+            await asyncio.wait_for(broken.stop(), 10)
+        except Exception as exc:
+            log.warning("kafka_producer_stop_failed", error=repr(exc))
 
     async def _keep(self) -> None:
         delay = 0.5
@@ -121,6 +159,8 @@ def build_app(settings: IngestSettings, keeper: ProducerKeeper) -> web.Applicati
         except Exception as exc:  # timeout or broker error: the client may retry (ids make it idempotent)
             metrics.INGEST_PRODUCE_ERRORS.inc()
             log.warning("produce_failed", error=repr(exc), signals=len(signals))
+            if isinstance(exc, FATAL_PRODUCER_ERRORS):
+                keeper.replace(producer)
             return _json_error(503, "Kafka did not acknowledge in time; retry later", retry_after_s=1)
         metrics.INGEST_SIGNALS.inc(len(signals))
         return web.json_response({"accepted": len(signals)}, status=202)
