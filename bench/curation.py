@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import re
 import subprocess
 import sys
 import tempfile
@@ -34,6 +35,7 @@ from bench.probes import scrape, wait_for
 ROOT = Path(__file__).resolve().parents[1]
 FAKE_LLM_SERVER = ROOT / "tests" / "fakes" / "llm_server.py"
 APPLIED = "memwright_indexer_events_applied_total"
+REBUILT = re.compile(r"rebuilt ([\d,]+) memories in ([\d.]+)s")
 
 RUN_SPAN = """
 SELECT count(DISTINCT user_id) AS users, count(*) AS runs,
@@ -193,11 +195,22 @@ async def _rebuild(pipe: Pipeline, say: Callable[[str], None]) -> dict[str, Any]
         reason = text.splitlines()[-1] if text else f"exit code {proc.returncode}"
         say(f"  index rebuild: MISSING ({reason})")
         return {"memories": memories, "memories_per_s": None, "missing": reason}
+    figure: dict[str, Any] = {
+        "memories": memories,
+        "command_seconds": round(took, 2),
+        "command_memories_per_s": round(memories / took, 1),
+    }
+    own = REBUILT.search(text)  # the command reports its fill time: memories / that is the rebuild rate
+    if own:
+        done, seconds = int(own.group(1).replace(",", "")), float(own.group(2))
+        figure.update(memories=done, seconds=seconds, memories_per_s=round(done / seconds, 1) if seconds else None)
+    else:
+        figure.update(seconds=figure["command_seconds"], memories_per_s=figure["command_memories_per_s"])
     say(
-        f"  index rebuild: {memories} memories in {took:.1f}s (the whole command, start-up included) "
-        f"= {memories / took:.0f} memories/s"
+        f"  index rebuild: {figure['memories']} memories in {figure['seconds']}s = {figure['memories_per_s']} "
+        f"memories/s  |  the whole command, start-up included: {took:.1f}s = {memories / took:.0f} memories/s"
     )
-    return {"memories": memories, "seconds": round(took, 2), "memories_per_s": round(memories / took, 1)}
+    return figure
 
 
 def llm_policy_available() -> str | None:

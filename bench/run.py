@@ -104,9 +104,43 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     return report
 
 
+def targets(report: dict[str, Any]) -> dict[str, Any]:
+    """The issue's targets for this machine, each with the figure measured against it."""
+    out: dict[str, Any] = {}
+
+    def check(name: str, value: float | None, limit: float, at_most: bool = True) -> None:
+        met = None if value is None else (value <= limit if at_most else value >= limit)
+        out[name] = {"value": value, "target": ("<= " if at_most else ">= ") + f"{limit:g}", "met": met}
+
+    points = report.get("ingest", {}).get("points", [])
+    at_1000 = [p for p in points if p["mode"] == "single" and p["ingest"]["offered_rps"] == 1000.0]
+    if at_1000:
+        check("ingest_p99_ms_at_1000rps", at_1000[0]["ingest"]["p99_ms"], 10)
+    ratios = report.get("ingest_vs_raw_ratio", {})
+    batch = [v for k, v in ratios.items() if k.startswith("batch")]
+    if batch:
+        check("ingest_vs_raw_ratio_batches", batch[0], 0.5, at_most=False)
+    for key, figure in report.items():
+        if key.startswith("signal_to_memory_"):
+            check(f"{key}_p95_s", figure["p95_s"], figure["window_s"] + 5)
+    if "fairness" in report:
+        f = report["fairness"]
+        check("light_users_max_wait_s", f["light_max_wait_s"], 2 * f["window_s"])
+    calls = report.get("ingest_path_calls")
+    if calls:
+        total = sum(v for k, v in calls.items() if k != "socket_samples")
+        check("ingest_path_db_and_llm_calls", total, 0)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     report = asyncio.run(main_async(args))
+    report["targets"] = targets(report)
+    say("targets (issue 8, this machine):")
+    for name, t in report["targets"].items():
+        verdict = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
+        say(f"  {name:<34} {t['value']!s:>10}  target {t['target']:<8} {verdict}")
     say(f"== done in {report['bench_seconds']:.0f}s ==")
     say(json.dumps(report, separators=(",", ":"), default=float))
     return 0
