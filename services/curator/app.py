@@ -70,7 +70,9 @@ class Curator:
             log.warning("claim_failed", error=str(exc))
             return False
         try:
-            lease = await leases.claim_next(conn, self.worker, self.settings.lease_seconds)
+            lease = await leases.claim_next(
+                conn, self.worker, self.settings.lease_seconds, default_budget=self.settings.memory_budget
+            )
         except Exception as exc:
             await self._give_back(conn)
             log.warning("claim_failed", error=str(exc))

@@ -93,3 +93,26 @@ async def test_the_audit_trail_is_append_only(db: asyncpg.Pool) -> None:
         await db.execute("UPDATE memory_audit SET reason = 'rewritten'")
     with pytest.raises(asyncpg.InsufficientPrivilegeError):
         await db.execute("DELETE FROM memory_audit")
+
+
+async def test_the_configured_budget_applies_to_users_without_their_own(db: asyncpg.Pool) -> None:
+    await sweep(db, "alice", "Always answer in metric units.", "Never use emoji.")
+    async with db.acquire() as conn:
+        lease = await leases.claim_next(conn, "t", 60, default_budget=1)  # MEMWRIGHT_MEMORY_BUDGET=1
+        assert lease is not None and lease.budget == 1
+        try:
+            _, tools = await run_agent(conn, lease, RulesPolicy(), await start_run(conn, lease, "rules"))
+        finally:
+            await leases.release(conn, lease)
+    assert tools.budget_refusals == 1
+    assert await db.fetchval("SELECT count(*) FROM memories") == 1
+    async with db.acquire() as conn, conn.transaction():
+        await conn.execute("SELECT set_config('memwright.memory_budget', '1', true)")
+        with pytest.raises(asyncpg.CheckViolationError, match="budget of 1"):
+            await _insert(conn, "alice", "agent")
+    await db.execute("UPDATE agents SET memory_budget = 5 WHERE user_id = 'alice'")  # a per-user override wins
+    await sweep(db, "alice", "hello again", conv="c2")
+    async with db.acquire() as conn:
+        lease = await leases.claim_next(conn, "t", 60, default_budget=1)
+        assert lease is not None and lease.budget == 5
+        await leases.release(conn, lease)

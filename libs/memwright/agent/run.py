@@ -63,7 +63,9 @@ async def load_snapshot(conn: asyncpg.Connection, lease: Lease) -> Snapshot:
         for r in await conn.fetch(
             """SELECT message_id, conversation_id, text, role, accepted_at, seq FROM messages
                WHERE user_id = $1 AND seq > $2 ORDER BY seq LIMIT $3""",
-            lease.user_id, lease.watermark, MAX_MESSAGES_PER_RUN,
+            lease.user_id,
+            lease.watermark,
+            MAX_MESSAGES_PER_RUN,
         )
     ]
     state = await conn.fetchrow(
@@ -76,7 +78,8 @@ async def load_snapshot(conn: asyncpg.Connection, lease: Lease) -> Snapshot:
     for r in await conn.fetch(
         """SELECT message_id, conversation_id, text, role, accepted_at, seq FROM messages
            WHERE user_id = $1 AND message_id = ANY($2::text[])""",
-        lease.user_id, held,
+        lease.user_id,
+        held,
     ):
         shown.setdefault(r["message_id"], _message(r))
     watermark = max((m.seq for m in new_messages), default=lease.watermark)
@@ -150,7 +153,10 @@ async def _apply(conn: asyncpg.Connection, user_id: str, run_id: uuid.UUID, c: C
         await conn.execute(INSERT_MEMORY, mid, user_id, c.after["kind"], c.after["text"], c.after["version"])
     elif c.action == "update":
         assert c.after is not None and c.before is not None
-        if await conn.fetchval(UPDATE_MEMORY, mid, user_id, c.after["text"], c.after["version"], c.before["version"]) is None:
+        if (
+            await conn.fetchval(UPDATE_MEMORY, mid, user_id, c.after["text"], c.after["version"], c.before["version"])
+            is None
+        ):
             raise StaleSnapshot(f"memory {mid} changed during the run")
     elif c.action == "delete":
         assert c.before is not None
@@ -172,11 +178,11 @@ async def commit_run(
         if await conn.fetchval(FENCE, lease.user_id, lease.epoch, snapshot.new_watermark) is None:
             raise Fenced(f"lease epoch {lease.epoch} for this user was taken over")
         await conn.execute("SET LOCAL memwright.actor = 'agent'")
+        # invariant 5 in the database: the budget trigger caps agent memories at the run's budget
+        await conn.execute("SELECT set_config('memwright.memory_budget', $1, true)", str(lease.budget))
         for change in tools.changes:
             await _apply(conn, lease.user_id, run_id, change)
-        await conn.execute(
-            SAVE_STATE, lease.user_id, working.summary, working.hypotheses_json(), working.transcript
-        )
+        await conn.execute(SAVE_STATE, lease.user_id, working.summary, working.hypotheses_json(), working.transcript)
         await conn.execute(REFRESH_BACKLOG, lease.user_id, snapshot.new_watermark)
         await conn.execute(FINISH_RUN, run_id, snapshot.new_watermark, len(snapshot.new_messages), len(tools.changes))
     return len(tools.changes)
@@ -188,7 +194,13 @@ async def start_run(conn: asyncpg.Connection, lease: Lease, policy: str) -> uuid
     await conn.execute(
         """INSERT INTO curation_runs (run_id, user_id, worker, lease_epoch, status, policy, watermark_from, started_at)
            VALUES ($1, $2, $3, $4, 'running', $5, $6, coalesce($7::timestamptz, now()))""",
-        run_id, lease.user_id, lease.owner, lease.epoch, policy, lease.watermark, lease.claimed_at,
+        run_id,
+        lease.user_id,
+        lease.owner,
+        lease.epoch,
+        policy,
+        lease.watermark,
+        lease.claimed_at,
     )
     return run_id
 

@@ -86,7 +86,7 @@ GROUP BY m.memory_id
 
 # Evidence accuracy is judged on what the database holds, not on what the dataset says.
 MESSAGES = "SELECT user_id, message_id FROM messages"
-BUDGETS = "SELECT user_id, memory_budget FROM agents"
+BUDGETS = "SELECT user_id, coalesce(memory_budget, 40) AS memory_budget FROM agents"  # NULL: the default
 
 
 async def read_observed(pool: asyncpg.Pool) -> Observed:

@@ -65,7 +65,9 @@ WHERE a.user_id = c.user_id
   -- invariant 2: the run's lock on this connection, in the same statement; c only, so it is
   -- evaluated for the one candidate row and never for other users
   AND pg_try_advisory_lock(hashtextextended(c.user_id, c.lease_epoch + 1))
-RETURNING a.user_id, a.lease_epoch, a.watermark, a.memory_budget, c.previous_owner, c.takeover, now() AS claimed_at
+RETURNING a.user_id, a.lease_epoch, a.watermark,
+          coalesce(a.memory_budget, $4::integer) AS memory_budget,  -- per-user override, else the setting
+          c.previous_owner, c.takeover, now() AS claimed_at
 """
 
 RENEW = f"""
@@ -106,15 +108,20 @@ class Lease:
 
 
 async def claim_next(
-    conn: asyncpg.Connection, owner: str, lease_seconds: float, grace_seconds: float | None = None
+    conn: asyncpg.Connection,
+    owner: str,
+    lease_seconds: float,
+    grace_seconds: float | None = None,
+    default_budget: int = 40,
 ) -> Lease | None:
     """Claim the longest-waiting claimable user; the run's lock is then held by `conn`.
 
     `grace_seconds` (default: one lease length) is how long an expired lease whose run
-    still holds its lock is left alone before it is taken over.
+    still holds its lock is left alone before it is taken over. `default_budget` is the
+    memory budget of users without a per-user override (MEMWRIGHT_MEMORY_BUDGET).
     """
     grace = lease_seconds if grace_seconds is None else grace_seconds
-    row = await conn.fetchrow(CLAIM_NEXT, owner, lease_seconds, grace)
+    row = await conn.fetchrow(CLAIM_NEXT, owner, lease_seconds, grace, default_budget)
     if row is None:
         return None
     return Lease(
