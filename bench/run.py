@@ -19,6 +19,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import sys
 import tempfile
 import time
@@ -50,7 +51,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--long-window", type=float, help="the long sweep window in seconds (default 60; quick 10)")
     p.add_argument("--curator-users", type=int, help="users curated in the curator figure (default 300; quick 100)")
     p.add_argument("--llm-delay", type=float, default=1.0, help="fake LLM answer delay in seconds (default 1)")
-    p.add_argument("--keep", action="store_true", help="keep the bench database, topics and logs")
+    p.add_argument("--keep", action="store_true", help="keep the bench database, topics and service logs")
     return p
 
 
@@ -60,7 +61,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     work = Path(tempfile.mkdtemp(prefix="memwright-bench-"))
     stack = BenchStack(work)
     started = time.monotonic()
-    say(f"== memwright bench {stack.run_id} == ({os.cpu_count()} cores, {platform.python_version()}, logs in {work})")
+    say(f"== memwright bench {stack.run_id} == ({os.cpu_count()} cores, Python {platform.python_version()})")
+    say(f"   service logs in {work} (kept with --keep or when the run fails)")
     say(f"   database {stack.database}, topics b{stack.run_id}*, loads to 127.0.0.1 only")
     report: dict[str, Any] = {"run": stack.run_id, "cores": os.cpu_count(), "quick": quick}
     await stack.create_database()
@@ -100,6 +102,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     finally:
         if not args.keep:
             await stack.cleanup()
+    if not args.keep:  # a failed run keeps its service logs (the exception skips this)
+        shutil.rmtree(work, ignore_errors=True)
     report["bench_seconds"] = round(time.monotonic() - started, 1)
     return report
 
