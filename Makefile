@@ -60,8 +60,12 @@ eval: install ## measure memory quality on the labelled eval set (llm policy whe
 	  $(VENV)/bin/memwright eval --check; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
-bench: install ## benchmarks (issue 8)
-	@echo "make bench: not yet implemented (issue 8)"; exit 2
+BENCH_ARGS ?=
+bench: install ## benchmarks against same-run baselines; last line is one JSON object (BENCH_ARGS=--quick)
+	@$(STACK) start
+	@set -a; eval "$$($(STACK) env)"; set +a; \
+	  $(PY) -m bench.run $(BENCH_ARGS); rc=$$?; \
+	  $(STACK) stop; exit $$rc
 
 helm: install tools ## lint and render the chart (default and ci/ values), schema and Kubernetes-schema checks
 	.local/tools/helm lint helm/memwright --strict

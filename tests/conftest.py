@@ -40,7 +40,7 @@ JWT_SECRET = "test-secret-" + "x" * 32
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Mark each test by its folder; run tests that disturb the shared stack last."""
     for item in items:
-        for kind in ("unit", "integration", "e2e"):
+        for kind in ("unit", "integration", "e2e", "drills"):
             if f"tests/{kind}/" in str(item.path).replace(os.sep, "/"):
                 item.add_marker(getattr(pytest.mark, kind))
     items.sort(key=lambda item: item.get_closest_marker("disruptive") is not None)
