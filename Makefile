@@ -50,9 +50,10 @@ test-unit: install tools ## run the unit tests only (no services, seconds)
 	$(PY) -m pytest -m unit
 
 lint: install ## ruff (lint and format check) and mypy
-	$(VENV)/bin/ruff check libs services tests
-	$(VENV)/bin/ruff format --check libs services tests
-	$(VENV)/bin/mypy libs services
+	$(VENV)/bin/ruff check libs services tests bench
+	$(VENV)/bin/ruff format --check libs services tests bench
+	$(VENV)/bin/mypy libs/memwright  # two runs: services/ is mapped to memwright.services,
+	$(VENV)/bin/mypy services        # which mypy cannot see in a single pass
 
 eval: install ## measure memory quality on the labelled eval set (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
 	@$(STACK) start

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 
 import aiohttp
-
 from memwright.localrun import SERVICES
+
 from tests.e2e.conftest import Pipeline
 
 

@@ -6,7 +6,6 @@ import asyncpg
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
 from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
-
 from memwright.settings import KafkaSettings
 from memwright.store import migrate as migrate_module
 from memwright.store.migrate import Migration, load_migrations, migrate
