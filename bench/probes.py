@@ -151,7 +151,8 @@ _SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa
 
 
 async def scrape(http: aiohttp.ClientSession, url: str, metric: str) -> float:
-    """Sum of every sample of `metric` (all label sets) on a Prometheus /metrics page; 0 if absent."""
+    """Sum of every sample of `metric` (all label sets) on a Prometheus /metrics page: 0 if the metric
+    is absent, nan if the page cannot be fetched."""
     try:
         async with http.get(url, timeout=aiohttp.ClientTimeout(total=5)) as r:
             text = await r.text()
