@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import asyncpg
 import structlog
 from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka.errors import KafkaError
 from memwright import logs, metrics
 from memwright.events import ChangelogEvent
 from memwright.index.apply import converge
@@ -117,12 +118,20 @@ async def apply_loop(
                     break
             batches = await consumer.getmany(timeout_ms=500, max_records=500)
             records = [r for recs in batches.values() for r in recs]
-            if records:
-                if not await apply_records(pool, index, records, stop):
-                    return
-                # offsets are committed only after the points are written: at-least-once
-                await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in batches.items()})
-            state.lag = await _publish_lag(consumer)
+            if records and not await apply_records(pool, index, records, stop):
+                return
+            try:
+                if records:
+                    # offsets are committed only after the points are written: at-least-once
+                    await consumer.commit({tp: recs[-1].offset + 1 for tp, recs in batches.items()})
+                state.lag = await _publish_lag(consumer)
+            except KafkaError as exc:
+                # Kafka away (a long outage): keep going; uncommitted records come again and
+                # applying them twice is harmless. Found by tests/drills/test_kafka_long_outage.py.
+                log.warning("changelog_kafka_unavailable", error=repr(exc))
+                state.lag = None
+                await _pause(stop, 1.0)
+                continue
             if stop.is_set() and not records and not state.lag:
                 break
     finally:
