@@ -12,11 +12,6 @@ from memwright.settings import SettingsError
 SERVICES = ("ingest", "sweeper", "curator", "indexer", "api")
 
 
-def _not_yet(what: str, issue: int) -> int:  # for commands whose issue has not landed
-    print(f"memwright {what}: not yet implemented (see issue {issue})", file=sys.stderr)
-    return 2
-
-
 def _migrate(_: argparse.Namespace) -> int:
     from memwright.settings import PostgresSettings
     from memwright.store.migrate import migrate
@@ -90,10 +85,8 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _eval(rest: list[str]) -> int:
-    try:
-        from memwright.eval import main as eval_main
-    except ImportError:
-        return _not_yet("eval", 3)
+    from memwright.eval import main as eval_main
+
     return eval_main(rest)
 
 
