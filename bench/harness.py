@@ -11,18 +11,17 @@ import os
 import secrets
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import aiohttp
-import asyncpg
 from aiokafka.admin import AIOKafkaAdminClient
 from memwright.auth import mint
 from memwright.localrun import ServiceProcesses
 from memwright.settings import AuthSettings, KafkaSettings
-from memwright.store.migrate import migrate
-from memwright.topics import ensure_topics
+from memwright.store.migrate import create_database, drop_database, sibling_dsn
+from memwright.topics import ensure_topics, isolated_env, prefixed_topics
 
 POSITIVE_TEXTS = (
     "Always answer in metric units",
@@ -55,13 +54,7 @@ class Topics:
     app_prefix: str
 
     def env(self) -> dict[str, str]:
-        return {
-            "MEMWRIGHT_TOPIC_SIGNALS": self.kafka.topic_signals,
-            "MEMWRIGHT_TOPIC_DLQ": self.kafka.topic_dlq,
-            "MEMWRIGHT_TOPIC_CHANGELOG": self.kafka.topic_changelog,
-            "MEMWRIGHT_SWEEPER_APP_ID": f"{self.app_prefix}-sweeper",
-            "MEMWRIGHT_INDEXER_GROUP": f"{self.app_prefix}-indexer",
-        }
+        return isolated_env(self.kafka, self.app_prefix)
 
 
 class BenchStack:
@@ -79,7 +72,7 @@ class BenchStack:
         self.bootstrap = bootstrap
         self.run_id = f"{time.strftime('%m%d%H%M')}{secrets.token_hex(2)}"
         self.database = f"memwright_bench_{self.run_id}"
-        self.dsn = admin.rsplit("/", 1)[0] + "/" + self.database
+        self.dsn = sibling_dsn(admin, self.database)
         self.work_dir = work_dir
         self.secret = secrets.token_hex(32)
         self.token = mint(
@@ -92,21 +85,11 @@ class BenchStack:
         return int(self.admin_dsn.rsplit(":", 1)[1].split("/")[0])
 
     async def create_database(self) -> None:
-        conn = await asyncpg.connect(self.admin_dsn)
-        try:
-            await conn.execute(f'CREATE DATABASE "{self.database}"')
-        finally:
-            await conn.close()
-        await migrate(self.dsn)
+        await create_database(self.admin_dsn, self.database)
 
     async def topics(self, name: str) -> Topics:
         prefix = f"b{self.run_id}{name}"
-        kafka = replace(
-            KafkaSettings(kafka_bootstrap=self.bootstrap),
-            topic_signals=f"{prefix}.memory.signals",
-            topic_dlq=f"{prefix}.memory.signals.dlq",
-            topic_changelog=f"{prefix}.memory.changelog",
-        )
+        kafka = prefixed_topics(self.bootstrap, prefix)
         await ensure_topics(kafka, sweeper_app_id=f"{prefix}-sweeper")
         topics = Topics(kafka, prefix)
         self._topics.append(topics)
@@ -115,17 +98,9 @@ class BenchStack:
     async def cleanup(self) -> None:
         """Drop the run's database and delete its topics (best effort: never hide the results)."""
         try:
-            conn = await asyncpg.connect(self.admin_dsn)
-            try:
-                await conn.execute(f'DROP DATABASE IF EXISTS "{self.database}" WITH (FORCE)')
-            finally:
-                await conn.close()
+            await drop_database(self.admin_dsn, self.database)
         except Exception as exc:
             print(f"  (could not drop database {self.database}: {exc})", flush=True)
-        names = []
-        for t in self._topics:
-            names += [t.kafka.topic_signals, t.kafka.topic_dlq, t.kafka.topic_changelog]
-            names.append(f"{t.app_prefix}-sweeper-__assignor-__leader")
         admin = AIOKafkaAdminClient(bootstrap_servers=self.bootstrap)
         try:
             await admin.start()
@@ -140,7 +115,6 @@ class BenchStack:
 
     def services(self, topics: Topics, name: str, **extra: str) -> ServiceProcesses:
         env = {
-            "MEMWRIGHT_KAFKA_BOOTSTRAP": self.bootstrap,
             "MEMWRIGHT_PG_DSN": self.dsn,
             "MEMWRIGHT_JWT_SECRET": self.secret,
             "MEMWRIGHT_WINDOW_SECONDS": "1",

@@ -9,15 +9,15 @@ import os
 import subprocess
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import asyncpg
 import pytest
 from memwright.settings import KafkaSettings
+from memwright.store import migrate
 from memwright.store.db import create_pool
-from memwright.store.migrate import migrate
-from memwright.topics import ensure_topics
+from memwright.store.migrate import create_database
+from memwright.topics import ensure_topics, prefixed_topics
 
 ROOT = Path(__file__).resolve().parents[1]
 STACK = ROOT / "deploy" / "local" / "stack.sh"
@@ -70,26 +70,16 @@ def stack() -> dict[str, str]:
 SESSION = uuid.uuid4().hex[:8]  # names this session's databases and topics: parallel runs never collide
 
 
-async def _admin(stack: dict[str, str], statement: str) -> None:
-    conn = await asyncpg.connect(stack["MEMWRIGHT_PG_DSN"])
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
+KAFKA_PREFIX = f"t{SESSION}"  # this session's topics, sweeper app id and indexer group
 
 
 def fresh_database(stack: dict[str, str], purpose: str) -> str:
     """Create and migrate database memwright_<purpose>_<session>; return its DSN."""
-    name = f"memwright_{purpose}_{SESSION}"
-    asyncio.run(_admin(stack, f'CREATE DATABASE "{name}"'))
-    dsn = stack["MEMWRIGHT_PG_DSN"].rsplit("/", 1)[0] + "/" + name
-    asyncio.run(migrate(dsn))
-    return dsn
+    return asyncio.run(create_database(stack["MEMWRIGHT_PG_DSN"], f"memwright_{purpose}_{SESSION}"))
 
 
 def drop_database(stack: dict[str, str], dsn: str) -> None:
-    name = dsn.rsplit("/", 1)[1]
-    asyncio.run(_admin(stack, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    asyncio.run(migrate.drop_database(stack["MEMWRIGHT_PG_DSN"], dsn.rsplit("/", 1)[1]))
 
 
 @pytest.fixture(scope="session")
@@ -117,14 +107,8 @@ async def db(pool: asyncpg.Pool) -> AsyncIterator[asyncpg.Pool]:
 @pytest.fixture(scope="session")
 def kafka(stack: dict[str, str]) -> KafkaSettings:
     """Kafka settings with topics of this session only (no leftovers from other runs)."""
-    prefix = f"t{SESSION}"
-    settings = replace(
-        KafkaSettings(kafka_bootstrap=stack["MEMWRIGHT_KAFKA_BOOTSTRAP"]),
-        topic_signals=f"{prefix}.memory.signals",
-        topic_dlq=f"{prefix}.memory.signals.dlq",
-        topic_changelog=f"{prefix}.memory.changelog",
-    )
-    asyncio.run(ensure_topics(settings, sweeper_app_id=f"{prefix}-sweeper"))
+    settings = prefixed_topics(stack["MEMWRIGHT_KAFKA_BOOTSTRAP"], KAFKA_PREFIX)
+    asyncio.run(ensure_topics(settings, sweeper_app_id=f"{KAFKA_PREFIX}-sweeper"))
     return settings
 
 

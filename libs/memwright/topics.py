@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from aiokafka.errors import TopicAlreadyExistsError
@@ -30,6 +30,29 @@ def topic_specs(settings: KafkaSettings, sweeper_app_id: str = "memwright-sweepe
         # faust's partition assignor topic for the sweeper app
         TopicSpec(f"{sweeper_app_id}-__assignor-__leader", 1, {"cleanup.policy": "compact"}),
     ]
+
+
+def prefixed_topics(bootstrap: str, prefix: str) -> KafkaSettings:
+    """Settings whose topics are `<prefix>.memory.*`: one run's own topics beside everyone else's."""
+    return replace(
+        KafkaSettings(kafka_bootstrap=bootstrap),
+        topic_signals=f"{prefix}.memory.signals",
+        topic_dlq=f"{prefix}.memory.signals.dlq",
+        topic_changelog=f"{prefix}.memory.changelog",
+    )
+
+
+def isolated_env(kafka: KafkaSettings, prefix: str) -> dict[str, str]:
+    """MEMWRIGHT_* variables pointing services at `kafka`'s topics, with a sweeper app id and an
+    indexer consumer group named after `prefix`, so parallel runs never share a consumer group."""
+    return {
+        "MEMWRIGHT_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
+        "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
+        "MEMWRIGHT_TOPIC_DLQ": kafka.topic_dlq,
+        "MEMWRIGHT_TOPIC_CHANGELOG": kafka.topic_changelog,
+        "MEMWRIGHT_SWEEPER_APP_ID": f"{prefix}-sweeper",
+        "MEMWRIGHT_INDEXER_GROUP": f"{prefix}-indexer",
+    }
 
 
 TOPIC_ALREADY_EXISTS = 36

@@ -14,7 +14,7 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
@@ -22,8 +22,8 @@ import pytest
 from memwright.auth import mint
 from memwright.localrun import ServiceProcesses, free_ports
 from memwright.settings import AuthSettings, KafkaSettings
-from memwright.store.migrate import migrate
-from memwright.topics import ensure_topics
+from memwright.store.migrate import create_database, drop_database
+from memwright.topics import ensure_topics, isolated_env, prefixed_topics
 
 from tests.conftest import JWT_SECRET, ROOT, STACK
 
@@ -113,39 +113,19 @@ class Drill:
         return {"Authorization": f"Bearer {self.token}"}
 
 
-async def _admin(dsn: str, statement: str) -> None:
-    conn = await asyncpg.connect(dsn)
-    try:
-        await conn.execute(statement)
-    finally:
-        await conn.close()
-
-
 @pytest.fixture
 async def drill(private_stack: PrivateStack, tmp_path: Path) -> AsyncIterator[Drill]:
     """A fresh database and topics on the private stack, and the five services running on them."""
     private_stack.start()  # idempotent: a drill that failed half-way may have left a part stopped
     tag = uuid.uuid4().hex[:8]
     database = f"drill_{tag}"
-    await _admin(private_stack.admin_dsn, f'CREATE DATABASE "{database}"')
-    dsn = private_stack.admin_dsn.rsplit("/", 1)[0] + "/" + database
-    await migrate(dsn)
+    dsn = await create_database(private_stack.admin_dsn, database)
     prefix = f"d{tag}"
-    kafka = replace(
-        KafkaSettings(kafka_bootstrap=private_stack.bootstrap),
-        topic_signals=f"{prefix}.memory.signals",
-        topic_dlq=f"{prefix}.memory.signals.dlq",
-        topic_changelog=f"{prefix}.memory.changelog",
-    )
+    kafka = prefixed_topics(private_stack.bootstrap, prefix)
     await ensure_topics(kafka, sweeper_app_id=f"{prefix}-sweeper")
     env = {
-        "MEMWRIGHT_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
-        "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
-        "MEMWRIGHT_TOPIC_DLQ": kafka.topic_dlq,
-        "MEMWRIGHT_TOPIC_CHANGELOG": kafka.topic_changelog,
-        "MEMWRIGHT_SWEEPER_APP_ID": f"{prefix}-sweeper",
+        **isolated_env(kafka, prefix),
         "MEMWRIGHT_SWEEPER_DATA_DIR": str(tmp_path / "sweeper"),
-        "MEMWRIGHT_INDEXER_GROUP": f"{prefix}-indexer",
         "MEMWRIGHT_PG_DSN": dsn,
         "MEMWRIGHT_JWT_SECRET": JWT_SECRET,
         "MEMWRIGHT_WINDOW_SECONDS": "1",
@@ -166,4 +146,4 @@ async def drill(private_stack: PrivateStack, tmp_path: Path) -> AsyncIterator[Dr
         await pool.close()
         procs.stop()
         private_stack.start()  # leave the stack whole for the next drill
-        await _admin(private_stack.admin_dsn, f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await drop_database(private_stack.admin_dsn, database)

@@ -14,8 +14,9 @@ from memwright.auth import mint
 from memwright.localrun import ServiceProcesses
 from memwright.settings import AuthSettings, KafkaSettings
 from memwright.store.db import create_pool
+from memwright.topics import isolated_env
 
-from tests.conftest import JWT_SECRET, drop_database, fresh_database
+from tests.conftest import JWT_SECRET, KAFKA_PREFIX, drop_database, fresh_database
 
 WINDOW_SECONDS = 1.0
 
@@ -43,13 +44,8 @@ class Pipeline:
 def pipeline(stack: dict[str, str], kafka: KafkaSettings, session_tmp: Path) -> Iterator[Pipeline]:
     dsn = fresh_database(stack, "e2e")
     env = {
-        "MEMWRIGHT_KAFKA_BOOTSTRAP": kafka.kafka_bootstrap,
-        "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
-        "MEMWRIGHT_TOPIC_DLQ": kafka.topic_dlq,
-        "MEMWRIGHT_TOPIC_CHANGELOG": kafka.topic_changelog,
-        "MEMWRIGHT_SWEEPER_APP_ID": kafka.topic_signals.split(".")[0] + "-sweeper",
+        **isolated_env(kafka, KAFKA_PREFIX),
         "MEMWRIGHT_SWEEPER_DATA_DIR": str(session_tmp / "sweeper"),
-        "MEMWRIGHT_INDEXER_GROUP": kafka.topic_signals.split(".")[0] + "-indexer",
         "MEMWRIGHT_PG_DSN": dsn,
         "MEMWRIGHT_JWT_SECRET": JWT_SECRET,
         "MEMWRIGHT_WINDOW_SECONDS": str(WINDOW_SECONDS),

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import asyncpg
 from memwright.eval.dataset import default_dataset_path
+from memwright.store.migrate import sibling_dsn
 
 from tests.conftest import ROOT, SESSION, drop_database
 
@@ -93,7 +94,7 @@ def test_memwright_eval_runs_the_pipeline_and_its_metrics_match_the_database(
         }
 
         # the same figures, straight from PostgreSQL
-        memories, budgets, messages = asyncio.run(_read(stack["MEMWRIGHT_PG_DSN"].rsplit("/", 1)[0] + "/" + database))
+        memories, budgets, messages = asyncio.run(_read(sibling_dsn(stack["MEMWRIGHT_PG_DSN"], database)))
         assert sum(len(v) for v in memories.values()) == metrics["memories"]
         assert max(len(v) for v in memories.values()) == metrics["max_memories_per_user"]
         assert budgets["u49"] == 2 and len(memories["u49"]) == 2  # the budget was in place before the sweep
@@ -104,4 +105,4 @@ def test_memwright_eval_runs_the_pipeline_and_its_metrics_match_the_database(
         [(scientist, evidence)] = memories["u16"]
         assert "data scientist" in scientist and evidence == ["m1", "m3"]
     finally:
-        drop_database(stack, stack["MEMWRIGHT_PG_DSN"].rsplit("/", 1)[0] + "/" + database)
+        drop_database(stack, sibling_dsn(stack["MEMWRIGHT_PG_DSN"], database))

@@ -11,6 +11,8 @@ from memwright.store import migrate as migrate_module
 from memwright.store.migrate import Migration, load_migrations, migrate
 from memwright.topics import ensure_topics
 
+from tests.conftest import KAFKA_PREFIX
+
 
 async def test_migrations_apply_once_and_are_recorded(pg_dsn: str) -> None:
     assert await migrate(pg_dsn) == []  # the session fixture already applied them
@@ -30,7 +32,7 @@ async def test_an_edited_applied_migration_is_an_error(pg_dsn: str, monkeypatch:
 
 
 async def test_topics_have_explicit_partitions_and_the_changelog_is_compacted(kafka: KafkaSettings) -> None:
-    app_id = f"{kafka.topic_signals.split('.')[0]}-other-app"
+    app_id = f"{KAFKA_PREFIX}-other-app"
     assert await ensure_topics(kafka, sweeper_app_id=app_id) == [f"{app_id}-__assignor-__leader"]
     assert await ensure_topics(kafka, sweeper_app_id=app_id) == []
     admin = AIOKafkaAdminClient(bootstrap_servers=kafka.kafka_bootstrap)

@@ -227,7 +227,7 @@ class LlmPolicy:
         )
 
     async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
-        results = self._fade(tools, new_messages)
+        results = tools.fade_hypotheses(new_messages, self.fade_after)
         if not any(m.role == "user" for m in new_messages) and not tools.working.hypotheses:
             return results  # nothing to decide: no model call
         conversation: list[dict[str, Any]] = [
@@ -282,16 +282,6 @@ class LlmPolicy:
             metrics.CURATOR_LLM_TOKENS.labels("prompt").inc(response.usage.prompt_tokens or 0)
             metrics.CURATOR_LLM_TOKENS.labels("completion").inc(response.usage.completion_tokens or 0)
         return response.choices[0].message
-
-    def _fade(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
-        """Hypotheses not seen again within the horizon fade, as in the rules policy."""
-        if not new_messages:
-            return []
-        now = min(m.accepted_at for m in new_messages)
-        return [
-            tools.drop_hypothesis(h.id, f"faded: not seen again within {self.fade_after.days} days")
-            for h in tools.working.stale(now, self.fade_after)
-        ]
 
 
 def _assistant_turn(message: Any) -> dict[str, Any]:

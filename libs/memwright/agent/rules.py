@@ -672,7 +672,7 @@ class RulesPolicy:
         self.fade_after = fade_after
 
     async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
-        results = self._fade(tools, new_messages)
+        results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         for msg in new_messages:
             if msg.role != "user":
@@ -1027,16 +1027,6 @@ class RulesPolicy:
                 tools.drop_hypothesis(h.id, f"promoted after {len(h.conversations)} conversations")
             results.append(outcome.result)
         return results
-
-    def _fade(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
-        """Hypotheses not seen again within the horizon before this batch have faded."""
-        if not new_messages:
-            return []
-        now = min(m.accepted_at for m in new_messages)
-        return [
-            tools.drop_hypothesis(h.id, f"faded: not seen again within {self.fade_after.days} days")
-            for h in tools.working.stale(now, self.fade_after)
-        ]
 
     @staticmethod
     def _summary_line(new_messages: list[Message], tools: MemoryTools) -> str:

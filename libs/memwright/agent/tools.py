@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import uuid
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from memwright.agent.working import HYPOTHESES_MAX, HYPOTHESES_MAX_CHARS, WorkingMemory, hypothesis_id
@@ -192,6 +192,16 @@ class MemoryTools:
             f"Hypothesis {h.id} seen {h.count} time(s) in {len(h.conversations)} conversation(s). "
             "Promote it with create_memory only once it repeats, ideally across conversations."
         )
+
+    def fade_hypotheses(self, new_messages: list[Message], horizon: timedelta) -> list[str]:
+        """Drop the hypotheses not seen again within `horizon` before this batch (every policy does)."""
+        if not new_messages:
+            return []
+        now = min(m.accepted_at for m in new_messages)
+        return [
+            self.drop_hypothesis(h.id, f"faded: not seen again within {horizon.days} days")
+            for h in self.working.stale(now, horizon)
+        ]
 
     def drop_hypothesis(self, hypothesis_id: str, reason: str) -> str:
         if self.working.drop(hypothesis_id) is None:

@@ -26,7 +26,7 @@ from memwright.auth import mint
 from memwright.localrun import ServiceProcesses
 from memwright.settings import AuthSettings, KafkaSettings
 from memwright.store.db import create_pool
-from memwright.store.migrate import migrate
+from memwright.store.migrate import create_database
 from memwright.topics import ensure_topics
 
 DEMO_DB = "memwright_demo"
@@ -57,18 +57,6 @@ async def check_expected(pool: asyncpg.Pool, expected: dict[str, list[list[str]]
 
 def _say(line: str) -> None:
     print(line, flush=True)
-
-
-async def _fresh_database(admin_dsn: str) -> str:
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f"DROP DATABASE IF EXISTS {DEMO_DB} WITH (FORCE)")
-        await conn.execute(f"CREATE DATABASE {DEMO_DB}")
-    finally:
-        await conn.close()
-    dsn = admin_dsn.rsplit("/", 1)[0] + "/" + DEMO_DB
-    await migrate(dsn)
-    return dsn
 
 
 async def _post_phase(http: aiohttp.ClientSession, url: str, token: str, lines: list[dict[str, Any]]) -> int:
@@ -151,7 +139,7 @@ async def run_demo(window_seconds: float = 3.0, timeout: float = 180.0) -> int:
     local = Path(os.environ.get("MEMWRIGHT_LOCAL_DIR", ".local")) / "demo"
     _say("== memwright demo ==")
     _say(f"preparing a fresh database '{DEMO_DB}' and the Kafka topics")
-    dsn = await _fresh_database(admin_dsn)
+    dsn = await create_database(admin_dsn, DEMO_DB, replace=True)
     await ensure_topics(kafka)
     secret = secrets.token_hex(32)
     env = {

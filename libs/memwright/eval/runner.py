@@ -25,7 +25,6 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -36,10 +35,10 @@ from memwright.auth import mint
 from memwright.eval.dataset import DatasetError, UserCase, default_dataset_path, load
 from memwright.eval.scoring import Observed, ObservedMemory, missed_targets, score
 from memwright.localrun import ServiceProcesses
-from memwright.settings import AuthSettings, KafkaSettings
+from memwright.settings import AuthSettings
 from memwright.store.db import create_pool
-from memwright.store.migrate import migrate
-from memwright.topics import ensure_topics
+from memwright.store.migrate import create_database
+from memwright.topics import ensure_topics, isolated_env, prefixed_topics
 
 SERVICES = ("ingest", "sweeper", "curator")
 POST_CONCURRENCY = 16
@@ -50,19 +49,6 @@ def _say(line: str) -> None:
 
 
 # ---- the database ------------------------------------------------------------------------
-
-
-async def fresh_database(admin_dsn: str, name: str) -> str:
-    """(Re)create database `name` next to the one `admin_dsn` points at, migrate it, return its DSN."""
-    conn = await asyncpg.connect(admin_dsn)
-    try:
-        await conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        await conn.execute(f'CREATE DATABASE "{name}"')
-    finally:
-        await conn.close()
-    dsn = admin_dsn.rsplit("/", 1)[0] + "/" + name
-    await migrate(dsn)
-    return dsn
 
 
 SET_BUDGET = """
@@ -201,24 +187,14 @@ async def run_pipeline(
     work = work_dir or Path(tempfile.mkdtemp(prefix="memwright-eval-"))
     run = secrets.token_hex(4)
     prefix = f"eval{run}"
-    kafka = replace(
-        KafkaSettings(kafka_bootstrap=kafka_bootstrap),
-        topic_signals=f"{prefix}.memory.signals",
-        topic_dlq=f"{prefix}.memory.signals.dlq",
-        topic_changelog=f"{prefix}.memory.changelog",
-    )
-    sweeper_app = f"{prefix}-sweeper"
+    kafka = prefixed_topics(kafka_bootstrap, prefix)
     _say(f"preparing database '{database}' and Kafka topics {prefix}.*")
-    dsn = await fresh_database(admin_dsn, database)
-    await ensure_topics(kafka, sweeper_app_id=sweeper_app)
+    dsn = await create_database(admin_dsn, database, replace=True)
+    await ensure_topics(kafka, sweeper_app_id=f"{prefix}-sweeper")
     secret = secrets.token_hex(32)
     env = {
         "MEMWRIGHT_PG_DSN": dsn,
-        "MEMWRIGHT_KAFKA_BOOTSTRAP": kafka_bootstrap,
-        "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
-        "MEMWRIGHT_TOPIC_DLQ": kafka.topic_dlq,
-        "MEMWRIGHT_TOPIC_CHANGELOG": kafka.topic_changelog,
-        "MEMWRIGHT_SWEEPER_APP_ID": sweeper_app,
+        **isolated_env(kafka, prefix),
         "MEMWRIGHT_SWEEPER_DATA_DIR": str(work / "sweeper"),
         "MEMWRIGHT_JWT_SECRET": secret,
         "MEMWRIGHT_WINDOW_SECONDS": str(window_seconds),

@@ -45,22 +45,8 @@ async def list_previews(conn: Conn, user_id: str) -> tuple[list[dict[str, Any]],
     return items, f'"{etag}"'
 
 
-async def get_with_receipts(conn: Conn, user_id: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
-    row = await conn.fetchrow(
-        """SELECT memory_id, author, kind, text, version, created_at, updated_at FROM memories
-           WHERE memory_id = $1 AND user_id = $2""",  # tenant isolation: user id always in the key
-        memory_id,
-        user_id,
-    )
-    if row is None:
-        return None
-    receipts = await conn.fetch(
-        """SELECT m.message_id, m.conversation_id, m.project_id, m.text, m.sent_at, m.accepted_at
-           FROM memory_evidence e JOIN messages m ON m.user_id = e.user_id AND m.message_id = e.message_id
-           WHERE e.memory_id = $1 AND e.user_id = $2 ORDER BY m.seq""",
-        memory_id,
-        user_id,
-    )
+def memory_json(row: asyncpg.Record, receipts: list[asyncpg.Record]) -> dict[str, Any]:
+    """One memory as the api shows it: full text, author, version, times and its receipts."""
     return {
         "id": str(row["memory_id"]),
         "text": row["text"],
@@ -80,6 +66,25 @@ async def get_with_receipts(conn: Conn, user_id: str, memory_id: uuid.UUID) -> d
             for r in receipts
         ],
     }
+
+
+async def get_with_receipts(conn: Conn, user_id: str, memory_id: uuid.UUID) -> dict[str, Any] | None:
+    row = await conn.fetchrow(
+        """SELECT memory_id, author, kind, text, version, created_at, updated_at FROM memories
+           WHERE memory_id = $1 AND user_id = $2""",  # tenant isolation: user id always in the key
+        memory_id,
+        user_id,
+    )
+    if row is None:
+        return None
+    receipts = await conn.fetch(
+        """SELECT m.message_id, m.conversation_id, m.project_id, m.text, m.sent_at, m.accepted_at
+           FROM memory_evidence e JOIN messages m ON m.user_id = e.user_id AND m.message_id = e.message_id
+           WHERE e.memory_id = $1 AND e.user_id = $2 ORDER BY m.seq""",
+        memory_id,
+        user_id,
+    )
+    return memory_json(row, list(receipts))
 
 
 async def history(conn: Conn, user_id: str, memory_id: uuid.UUID) -> list[dict[str, Any]]:

@@ -71,3 +71,31 @@ async def migrate(dsn: str) -> list[int]:
         await conn.execute("SELECT pg_advisory_unlock($1)", LOCK_KEY)
         await conn.close()
     return applied_now
+
+
+def sibling_dsn(dsn: str, database: str) -> str:
+    """The DSN of another database on the same server, with the same credentials."""
+    return dsn.rsplit("/", 1)[0] + "/" + database
+
+
+async def create_database(admin_dsn: str, database: str, *, replace: bool = False) -> str:
+    """Create database `database` beside `admin_dsn`'s (dropping it first if `replace`), migrate it,
+    and return its DSN. Demo, eval, bench and tests each run on a database of their own."""
+    conn = await connect(admin_dsn)
+    try:
+        if replace:
+            await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+        await conn.execute(f'CREATE DATABASE "{database}"')
+    finally:
+        await conn.close()
+    dsn = sibling_dsn(admin_dsn, database)
+    await migrate(dsn)
+    return dsn
+
+
+async def drop_database(admin_dsn: str, database: str) -> None:
+    conn = await connect(admin_dsn)
+    try:
+        await conn.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+    finally:
+        await conn.close()

@@ -15,6 +15,8 @@ from typing import Any
 
 import asyncpg
 
+from memwright.store.memories import memory_json
+
 
 class WriteRefused(Exception):
     """The change is refused; `status` is the HTTP status that says why, `reason` what to do."""
@@ -64,16 +66,7 @@ def _snapshot(row: asyncpg.Record) -> dict[str, Any]:
 
 
 def _memory(row: asyncpg.Record) -> dict[str, Any]:
-    return {
-        "id": str(row["memory_id"]),
-        "text": row["text"],
-        "author": row["author"],
-        "kind": row["kind"],
-        "version": row["version"],
-        "created_at": row["created_at"].isoformat(),
-        "updated_at": row["updated_at"].isoformat(),
-        "receipts": [],
-    }
+    return memory_json(row, [])  # a memory the user writes has no receipts: the user is its source
 
 
 async def _current(
