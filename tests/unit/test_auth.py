@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 
 import jwt
 import pytest
-from memwright.auth import AuthError, mint, verify
+from memwright.auth import VERIFIED_TOKENS, AuthError, mint, new_rsa_keypair, verify
 from memwright.settings import AuthSettings
 
 SETTINGS = AuthSettings(jwt_secret="k" * 40)
@@ -52,3 +55,51 @@ def test_bad_tokens_are_401_with_a_reason(header: str | None, expected: str) -> 
 def test_unknown_scopes_cannot_be_minted() -> None:
     with pytest.raises(ValueError, match="unknown scope"):
         mint(SETTINGS, "alice", ["everything"])
+
+
+# ---- verified tokens are remembered, within limits ---------------------------------------
+
+
+def test_a_remembered_token_still_expires_on_time() -> None:
+    token = jwt.encode(
+        {"sub": "a", "scope": "", "iss": "memwright", "aud": "memwright", "exp": int(time.time()) + 2}, "k" * 40
+    )
+    assert verify(SETTINGS, f"Bearer {token}").subject == "a"
+    time.sleep(max(0.0, jwt.decode(token, options={"verify_signature": False})["exp"] - time.time()) + 0.05)
+    with pytest.raises(AuthError, match="token expired"):
+        verify(SETTINGS, f"Bearer {token}")
+
+
+def test_a_token_remembered_under_one_secret_does_not_pass_under_another() -> None:
+    token = mint(SETTINGS, "alice", ["admin"])
+    assert verify(SETTINGS, f"Bearer {token}").subject == "alice"
+    with pytest.raises(AuthError, match="invalid token"):
+        verify(AuthSettings(jwt_secret="z" * 40), f"Bearer {token}")
+
+
+def test_a_key_taken_out_of_the_jwks_file_stops_verifying_within_the_ttl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old_pem, old_jwks = new_rsa_keypair("old")
+    _, new_jwks = new_rsa_keypair("new")
+    (tmp_path / "old.pem").write_bytes(old_pem)
+    jwks_file = tmp_path / "jwks.json"
+    jwks_file.write_text(json.dumps(old_jwks))
+    verifier = AuthSettings(jwt_jwks_file=str(jwks_file))
+    token = mint(AuthSettings(jwt_private_key_file=str(tmp_path / "old.pem"), jwt_kid="old"), "ana", [])
+    assert verify(verifier, f"Bearer {token}").subject == "ana"
+    jwks_file.write_text(json.dumps(new_jwks))
+    os.utime(jwks_file, (time.time() + 5, time.time() + 5))
+    assert verify(verifier, f"Bearer {token}").subject == "ana"  # remembered for a while
+    later = time.time() + VERIFIED_TOKENS.ttl_s + 1
+    monkeypatch.setattr(VERIFIED_TOKENS, "clock", lambda: later)
+    with pytest.raises(AuthError, match="no key 'old'"):
+        verify(verifier, f"Bearer {token}")
+
+
+def test_the_remembered_tokens_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(VERIFIED_TOKENS, "max_entries", 5)
+    VERIFIED_TOKENS.clear()
+    for i in range(20):
+        verify(SETTINGS, "Bearer " + mint(SETTINGS, f"user{i}", []))
+    assert len(VERIFIED_TOKENS._entries) == 5
