@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -18,11 +19,12 @@ import aiohttp
 from aiokafka import AIOKafkaProducer
 from memwright.events import parse_signal
 from memwright.producer import SignalProducer
+from memwright.settings import IngestSettings
 
 from bench.fakellm import CountingLlm
 from bench.harness import CHATTER, BenchStack
 from bench.loadgen import LoadResult, closed_loop, open_loop
-from bench.probes import RssWatch, SocketWatch, backends_on, client_sessions, rss_bytes
+from bench.probes import Watch, backends_on, client_sessions, rss_bytes
 
 USERS = 1000
 
@@ -103,6 +105,8 @@ def _line(label: str, ingest: LoadResult, raw: LoadResult) -> str:
 
 async def run(stack: BenchStack, cfg: IngestConfig, say: Callable[[str], None]) -> dict[str, Any]:
     topics = await stack.topics("i")
+    linger_ms = IngestSettings.producer_linger_ms  # ingest's own, unless set in the environment:
+    linger_ms = int(os.environ.get("MEMWRIGHT_PRODUCER_LINGER_MS") or linger_ms)  # the baselines use the same
     async with CountingLlm() as llm:
         procs = stack.services(
             topics,
@@ -121,21 +125,22 @@ async def run(stack: BenchStack, cfg: IngestConfig, say: Callable[[str], None]) 
             url = procs.url("ingest") + "/v1/signals"
             sessions_before = await client_sessions(stack.admin_dsn, stack.database)
             llm_before = llm.requests
-            stop = asyncio.Event()
-            sockets = SocketWatch(pid, {"postgres": stack.pg_port, "llm": llm.port})
-            rss = RssWatch({"ingest": pid})
-            watchers = [asyncio.create_task(sockets.run(stop)), asyncio.create_task(rss.run(stop))]
+            watch = Watch(rss={"ingest": pid}, sockets={"postgres": (pid, stack.pg_port), "llm": (pid, llm.port)})
             backends_during = 0
             points: list[dict[str, Any]] = []
             connector = aiohttp.TCPConnector(limit=512)
             async with (
+                watch,
                 aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=30)) as http,
-                SignalProducer(stack.bootstrap, topics.kafka.topic_signals) as producer,
+                SignalProducer(stack.bootstrap, topics.kafka.topic_signals, linger_ms=linger_ms) as producer,
                 AIOKafkaProducer(
-                    bootstrap_servers=stack.bootstrap, acks="all", enable_idempotence=True, linger_ms=2
+                    bootstrap_servers=stack.bootstrap, acks="all", enable_idempotence=True, linger_ms=linger_ms
                 ) as bare,
             ):
-                say("ingest: open-loop fixed loads, HTTP ingest vs the raw producer with the same payloads")
+                say(
+                    "ingest: open-loop fixed loads, HTTP ingest vs the raw producer with the same payloads "
+                    f"(producer linger {linger_ms} ms on both)"
+                )
                 for mode, batch, rates in (
                     ("single", 1, cfg.single_rates),
                     (f"batch{cfg.batch}", cfg.batch, cfg.batch_rates),
@@ -179,30 +184,29 @@ async def run(stack: BenchStack, cfg: IngestConfig, say: Callable[[str], None]) 
                         f"{raw.signals_per_s:,.0f} signals/s  -> ingest_vs_raw_ratio {ratio:.2f}   "
                         f"(bare aiokafka, pre-encoded: {kafka.signals_per_s:,.0f} signals/s)"
                     )
-            stop.set()
-            await asyncio.gather(*watchers)
             await asyncio.sleep(2)  # PostgreSQL flushes backend statistics about once a second
             sessions_after = await client_sessions(stack.admin_dsn, stack.database)
             calls = {
                 "db_sessions": sessions_after - sessions_before,
                 "db_backends_seen": backends_during,
-                "db_connections_held_max": sockets.max_seen["postgres"],
+                "db_connections_held_max": watch.sockets_peak["postgres"],
                 "llm_requests": llm.requests - llm_before,
-                "llm_connections_held_max": sockets.max_seen["llm"],
-                "socket_samples": sockets.samples,
+                "llm_connections_held_max": watch.sockets_peak["llm"],
+                "socket_samples": watch.samples,
             }
             say(
                 "ingest path calls during the load (expected all 0): "
                 + ", ".join(f"{k} {v}" for k, v in calls.items() if k != "socket_samples")
-                + f"  [{sockets.samples} socket samples of pid {pid}]"
+                + f"  [{watch.samples} socket samples of pid {pid}]"
             )
             return {
                 "points": points,
                 "ceilings": ceilings,
                 "ingest_vs_raw_ratio": {mode: c["ratio"] for mode, c in ceilings.items()},
                 "calls": calls,
+                "producer_linger_ms": linger_ms,
                 "rss_idle_mb": round(idle_rss / 2**20, 1),
-                "rss_load_mb": round(rss.peak["ingest"] / 2**20, 1),
+                "rss_load_mb": round(watch.rss_peak["ingest"] / 2**20, 1),
             }
         finally:
             procs.stop()

@@ -23,7 +23,7 @@ from memwright.localrun import SERVICES, ServiceProcesses
 
 from bench.harness import CHATTER, POSITIVE_TEXTS, BenchStack, memory_count, post_signals, signal
 from bench.loadgen import open_loop, percentile
-from bench.probes import RssWatch, connections_to, rss_bytes, wait_for
+from bench.probes import Watch, connections_to, rss_bytes, wait_for
 
 
 @dataclass(frozen=True)
@@ -233,28 +233,24 @@ class Pipeline:
 
     async def load_footprint(self, cfg: PipelineConfig) -> dict[str, Any]:
         pids = {name: self.procs.procs[name].pid for name in SERVICES}
-        watch = RssWatch(pids)
-        stop = asyncio.Event()
-        watcher = asyncio.create_task(watch.run(stop))
         users = 1000
 
         async def send(i: int) -> int:
             body = signal(f"load-{self.stack.run_id}-{i % users}", CHATTER[i % len(CHATTER)])
             return await post_signals(self.http, self.ingest, self.stack, body)
 
-        load = await open_loop(send, cfg.load_rps, cfg.load_seconds)
-        # positive control for the socket probe: services that do use PostgreSQL are seen doing so
-        pg = {name: connections_to(pid, self.stack.pg_port) for name, pid in pids.items()}
-        drained = await self.drained(timeout_s=180)
-        stop.set()
-        await watcher
-        self.rss_load = watch.peak
+        async with Watch(rss=pids, interval_s=0.5) as watch:
+            load = await open_loop(send, cfg.load_rps, cfg.load_seconds)
+            # positive control for the socket probe: services that do use PostgreSQL are seen doing so
+            pg = {name: connections_to(pid, self.stack.pg_port) for name, pid in pids.items()}
+            drained = await self.drained(timeout_s=180)
+        self.rss_load = watch.rss_peak
         s = load.summary()
         self.say(
             f"  under {cfg.load_rps:g} req/s for {cfg.load_seconds:g}s (all services busy): "
             f"ingest p50 {s['p50_ms']} ms "
             f"p99 {s['p99_ms']} ms; peak RSS "
-            + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in watch.peak.items())
+            + ", ".join(f"{k} {v / 2**20:.0f} MB" for k, v in watch.rss_peak.items())
             + f"; PostgreSQL connections held: {pg}"
             + ("" if drained else " (pipeline did not drain in 180 s)")
         )

@@ -17,11 +17,14 @@ How "the ingest path makes zero database and LLM calls" is counted, not assumed:
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
+import select
 import socket
+import sys
 import time
-from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import asyncpg
@@ -82,50 +85,60 @@ def connections_to(pid: int, port: int) -> int:
     return sum(1 for _, p in tcp_peers(pid) if p == port)
 
 
-@dataclass
-class SocketWatch:
-    """Samples a process's connections to some ports while a load runs; keeps the maxima."""
+class Watch:
+    """Peak RSS of some processes and peak connection counts of some (pid, port) pairs, sampled
+    every `interval_s` while a load runs, in a CHILD process: one sample reads /proc/<pid>/fd and
+    the whole /proc/net/tcp table (~10 ms under load), and done in the bench's event loop it
+    stalled the load generator and put that stall into the measured latencies.
 
-    pid: int
-    ports: dict[str, int]  # name -> port
-    interval_s: float = 0.25
+        async with Watch(rss={"ingest": pid}, sockets={"postgres": (pid, 5432)}) as watch:
+            ...load...
+        watch.rss_peak["ingest"], watch.sockets_peak["postgres"], watch.samples
+    """
 
-    def __post_init__(self) -> None:
-        self.max_seen = dict.fromkeys(self.ports, 0)
+    def __init__(
+        self, rss: dict[str, int], sockets: dict[str, tuple[int, int]] | None = None, interval_s: float = 0.25
+    ) -> None:
+        self.spec = {"rss": rss, "sockets": sockets or {}, "interval_s": interval_s}
+        self.rss_peak: dict[str, int] = dict.fromkeys(rss, 0)
+        self.sockets_peak: dict[str, int] = dict.fromkeys(sockets or {}, 0)
         self.samples = 0
+        self._child: asyncio.subprocess.Process | None = None
 
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            for name, port in self.ports.items():
-                self.max_seen[name] = max(self.max_seen[name], connections_to(self.pid, port))
-            self.samples += 1
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+    async def __aenter__(self) -> Watch:
+        self._child = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.probes", json.dumps(self.spec),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        assert self._child.stdout
+        await self._child.stdout.readline()  # the first sample is taken: the load may start
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._child and self._child.stdin
+        self._child.stdin.close()  # end of the load: the child prints its peaks and exits
+        out, _ = await self._child.communicate()
+        result = json.loads(out)
+        self.rss_peak, self.sockets_peak, self.samples = result["rss"], result["sockets"], result["samples"]
 
 
-@dataclass
-class RssWatch:
-    """Peak RSS of several processes while something runs."""
-
-    pids: dict[str, int]
-    interval_s: float = 0.5
-
-    def __post_init__(self) -> None:
-        self.peak = dict.fromkeys(self.pids, 0)
-
-    def sample(self) -> None:
-        for name, pid in self.pids.items():
-            self.peak[name] = max(self.peak[name], rss_bytes(pid))
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            self.sample()
-            try:
-                await asyncio.wait_for(stop.wait(), self.interval_s)
-            except TimeoutError:
-                pass
+def _watch(spec: dict[str, Any]) -> None:
+    """The child of Watch: sample until stdin closes, then print the peaks as one JSON line."""
+    rss = dict.fromkeys(spec["rss"], 0)
+    sockets = dict.fromkeys(spec["sockets"], 0)
+    samples = 0
+    while True:
+        for name, pid in spec["rss"].items():
+            rss[name] = max(rss[name], rss_bytes(pid))
+        for name, (pid, port) in spec["sockets"].items():
+            sockets[name] = max(sockets[name], connections_to(pid, port))
+        samples += 1
+        if samples == 1:
+            print("sampling", flush=True)
+        ready, _, _ = select.select([sys.stdin], [], [], spec["interval_s"])
+        if ready and not sys.stdin.buffer.read1(1024):
+            break
+    print(json.dumps({"rss": rss, "sockets": sockets, "samples": samples}), flush=True)
 
 
 async def client_sessions(admin_dsn: str, database: str) -> int:
@@ -176,3 +189,7 @@ async def wait_for(probe, timeout_s: float, interval_s: float = 0.2):  # type: i
         if time.monotonic() > deadline:
             return None
         await asyncio.sleep(interval_s)
+
+
+if __name__ == "__main__":
+    _watch(json.loads(sys.argv[1]))

@@ -120,6 +120,14 @@ class IngestSettings(KafkaSettings, AuthSettings):
     max_batch: int = 500
     max_body_bytes: int = 1_048_576
     produce_timeout_s: float = 5.0
+    # 0: each signal goes out at once (lowest latency); a few ms trade latency for fewer, fuller
+    # Kafka requests and a higher ceiling (docs/benchmarks.md)
+    producer_linger_ms: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        if not 0 <= self.producer_linger_ms <= 1000:
+            raise SettingsError(f"{PREFIX}PRODUCER_LINGER_MS={self.producer_linger_ms} must be between 0 and 1000")
 
 
 @dataclass(frozen=True)

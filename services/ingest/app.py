@@ -97,7 +97,9 @@ class ProducerKeeper:
     async def _keep(self) -> None:
         delay = 0.5
         while self.producer is None:
-            candidate = SignalProducer(self.settings.kafka_bootstrap, self.settings.topic_signals)
+            candidate = SignalProducer(
+                self.settings.kafka_bootstrap, self.settings.topic_signals, linger_ms=self.settings.producer_linger_ms
+            )
             try:
                 await candidate.start()
                 self.producer = candidate

@@ -35,6 +35,14 @@ def test_a_short_jwt_secret_is_refused_and_secrets_are_not_in_repr() -> None:
     assert SECRET not in repr(s)
 
 
+def test_the_ingest_producer_linger_is_bounded() -> None:
+    env = {"MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_JWT_SECRET": SECRET}
+    assert IngestSettings.from_env(env).producer_linger_ms == 0
+    assert IngestSettings.from_env({**env, "MEMWRIGHT_PRODUCER_LINGER_MS": "5"}).producer_linger_ms == 5
+    with pytest.raises(SettingsError, match="MEMWRIGHT_PRODUCER_LINGER_MS=-1 must be between 0 and 1000"):
+        IngestSettings.from_env({**env, "MEMWRIGHT_PRODUCER_LINGER_MS": "-1"})
+
+
 def test_the_llm_policy_needs_an_endpoint() -> None:
     with pytest.raises(SettingsError, match="MEMWRIGHT_LLM_BASE_URL is not set"):
         CuratorSettings.from_env({"MEMWRIGHT_PG_DSN": "x", "MEMWRIGHT_POLICY": "llm"})
