@@ -35,6 +35,7 @@ class IngestConfig:
     batch_rates: tuple[float, ...] = (20.0, 80.0)  # requests/s of BATCH signals each
     batch: int = 50
     duration_s: float = 8.0
+    warmup_s: float = 2.0
     ceiling_s: float = 6.0
     ceiling_concurrency: int = 32
 
@@ -141,6 +142,13 @@ async def run(stack: BenchStack, cfg: IngestConfig, say: Callable[[str], None]) 
                     "ingest: open-loop fixed loads, HTTP ingest vs the raw producer with the same payloads "
                     f"(producer linger {linger_ms} ms on both)"
                 )
+                # Warm-up, not counted: the first seconds on new topics pay for metadata, connections and
+                # the broker's JIT, and would land in whichever path happened to be measured first.
+                for warm in (
+                    _raw_sender(producer, _payloads("rw", 1)),
+                    _http_sender(http, url, stack, _payloads("hw", 1), 1),
+                ):
+                    await open_loop(warm, 200, cfg.warmup_s)
                 for mode, batch, rates in (
                     ("single", 1, cfg.single_rates),
                     (f"batch{cfg.batch}", cfg.batch, cfg.batch_rates),

@@ -78,6 +78,14 @@ class KafkaSettings(BaseSettings):
     topic_signals: str = "memory.signals"
     topic_dlq: str = "memory.signals.dlq"
     topic_changelog: str = "memory.changelog"
+    # copies of each partition when `memwright topics` creates the topics: 3 on a production cluster,
+    # so an acknowledged signal survives a broker; 1 only on a single-broker development stack
+    topic_replication: int = 1
+
+    def validate(self) -> None:
+        super().validate()
+        if not 1 <= self.topic_replication <= 7:
+            raise SettingsError(f"{PREFIX}TOPIC_REPLICATION={self.topic_replication} must be between 1 and 7")
 
 
 @dataclass(frozen=True)

@@ -20,13 +20,22 @@ class TopicSpec:
     config: dict[str, str] = field(default_factory=dict)
 
 
+def min_insync_replicas(replication: int) -> int:
+    """With acks=all, a write needs this many copies: 2 of 3 (survives one broker, refuses rather than
+    keep a single copy), 1 of 2 (still writable with one broker down), 1 of 1."""
+    return min(2, max(1, replication - 1))
+
+
 def topic_specs(settings: KafkaSettings, sweeper_app_id: str = "memwright-sweeper") -> list[TopicSpec]:
+    durable = {"min.insync.replicas": str(min_insync_replicas(settings.topic_replication))}
     return [
         # key = user_id, so one user's signals stay ordered on one partition
-        TopicSpec(settings.topic_signals, 6, {"retention.ms": str(WEEK_MS), "min.insync.replicas": "1"}),
-        TopicSpec(settings.topic_dlq, 3, {"retention.ms": str(4 * WEEK_MS)}),
+        TopicSpec(settings.topic_signals, 6, {"retention.ms": str(WEEK_MS), **durable}),
+        TopicSpec(settings.topic_dlq, 3, {"retention.ms": str(4 * WEEK_MS), **durable}),
         # key = memory_id; compacted: the latest event per memory is all the indexer needs
-        TopicSpec(settings.topic_changelog, 6, {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000"}),
+        TopicSpec(
+            settings.topic_changelog, 6, {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", **durable}
+        ),
         # faust's partition assignor topic for the sweeper app
         TopicSpec(f"{sweeper_app_id}-__assignor-__leader", 1, {"cleanup.policy": "compact"}),
     ]
@@ -56,16 +65,19 @@ def isolated_env(kafka: KafkaSettings, prefix: str) -> dict[str, str]:
 
 
 TOPIC_ALREADY_EXISTS = 36
+INVALID_REPLICATION_FACTOR = 38
 
 
 async def ensure_topics(
-    settings: KafkaSettings, replication: int = 1, sweeper_app_id: str = "memwright-sweeper", attempts: int = 5
+    settings: KafkaSettings, sweeper_app_id: str = "memwright-sweeper", attempts: int = 5
 ) -> list[str]:
-    """Create missing topics and wait until the broker lists them; return the names created.
+    """Create missing topics (settings.topic_replication copies) and wait until the broker lists
+    them; return the names created.
 
     Existing topics are left as they are. aiokafka reports per-topic errors in the response
     instead of raising, so each one is checked and retried.
     """
+    replication = settings.topic_replication
     admin = AIOKafkaAdminClient(bootstrap_servers=settings.kafka_bootstrap, request_timeout_ms=15000)
     await admin.start()
     created: list[str] = []
@@ -87,6 +99,12 @@ async def ensure_topics(
                 for name, code, message in (e[:3] for e in response.topic_errors):
                     if code == 0:
                         created.append(name)
+                    elif code == INVALID_REPLICATION_FACTOR:
+                        raise RuntimeError(
+                            f"cannot create {name} with {replication} replicas: the cluster has fewer brokers "
+                            f"({message}); set MEMWRIGHT_TOPIC_REPLICATION (Helm: kafka.replication) to at most "
+                            "the number of brokers"
+                        )
                     elif code != TOPIC_ALREADY_EXISTS:
                         errors.append(f"{name}: error {code} {message or ''}".strip())
             await asyncio.sleep(0.2 * (attempt + 1))  # let the metadata catch up before listing again

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import asyncpg
 import pytest
 from aiokafka.admin import AIOKafkaAdminClient
@@ -9,7 +11,7 @@ from aiokafka.admin.config_resource import ConfigResource, ConfigResourceType
 from memwright.settings import KafkaSettings
 from memwright.store import migrate as migrate_module
 from memwright.store.migrate import Migration, load_migrations, migrate
-from memwright.topics import ensure_topics
+from memwright.topics import ensure_topics, prefixed_topics
 
 from tests.conftest import KAFKA_PREFIX
 
@@ -43,8 +45,18 @@ async def test_topics_have_explicit_partitions_and_the_changelog_is_compacted(ka
             for t in await admin.describe_topics([kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog])
         }
         [config] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, kafka.topic_changelog)])
+        [signals_config] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, kafka.topic_signals)])
     finally:
         await admin.close()
     assert described == {kafka.topic_signals: 6, kafka.topic_dlq: 3, kafka.topic_changelog: 6}
     entries = {c[0]: c[1] for c in config.resources[0][4]}
     assert entries["cleanup.policy"] == "compact"
+    assert {c[0]: c[1] for c in signals_config.resources[0][4]}["min.insync.replicas"] == "1"
+
+
+async def test_more_replicas_than_brokers_is_refused_with_the_setting_to_change(kafka: KafkaSettings) -> None:
+    three = replace(prefixed_topics(kafka.kafka_bootstrap, f"{KAFKA_PREFIX}-rf3"), topic_replication=3)
+    with pytest.raises(
+        RuntimeError, match=r"with 3 replicas: the cluster has fewer brokers.*MEMWRIGHT_TOPIC_REPLICATION"
+    ):
+        await ensure_topics(three, sweeper_app_id=f"{KAFKA_PREFIX}-rf3")

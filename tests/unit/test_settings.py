@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from memwright.settings import CuratorSettings, IngestSettings, SettingsError, SweeperSettings
+from memwright.settings import CuratorSettings, IngestSettings, KafkaSettings, SettingsError, SweeperSettings
+from memwright.topics import topic_specs
 
 SECRET = "s" * 40
 
@@ -46,3 +47,12 @@ def test_the_ingest_producer_linger_is_bounded() -> None:
 def test_the_llm_policy_needs_an_endpoint() -> None:
     with pytest.raises(SettingsError, match="MEMWRIGHT_LLM_BASE_URL is not set"):
         CuratorSettings.from_env({"MEMWRIGHT_PG_DSN": "x", "MEMWRIGHT_POLICY": "llm"})
+
+
+@pytest.mark.parametrize(("replication", "min_insync"), [(1, "1"), (2, "1"), (3, "2"), (5, "2")])
+def test_topics_are_created_with_the_configured_replication(replication: int, min_insync: str) -> None:
+    kafka = KafkaSettings.from_env({"MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_TOPIC_REPLICATION": str(replication)})
+    durable = {s.name: s.config["min.insync.replicas"] for s in topic_specs(kafka) if "min.insync.replicas" in s.config}
+    assert durable == dict.fromkeys([kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog], min_insync)
+    with pytest.raises(SettingsError, match="MEMWRIGHT_TOPIC_REPLICATION=0 must be between 1 and 7"):
+        KafkaSettings.from_env({"MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_TOPIC_REPLICATION": "0"})
