@@ -88,3 +88,22 @@ API_REQUESTS = Counter(
 API_LATENCY = Histogram(
     "memwright_api_request_duration_seconds", "Api request latency by route", ["route"], buckets=FAST_BUCKETS
 )
+
+# Every series whose label values are known in advance exists from the start, at 0. A counter
+# series born at its first event starts at 1, and rate() or increase() over it shows nothing:
+# the alert on failed runs would miss the first failures. (tests/unit/test_metrics_labels.py
+# checks that the code only uses these values.)
+KNOWN_LABELS: dict[Counter | Histogram, tuple[str, ...]] = {
+    INGEST_REQUESTS: ("202", "400", "401", "403", "413", "503"),
+    INGEST_REJECTIONS: ("auth", "too_large", "not_json", "invalid", "forbidden"),
+    SWEEPER_DLQ: ("not_json", "no_value", "schema_version", "key", "text", "required", "too_long", "schema"),
+    CURATOR_RUNS: ("committed", "failed", "fenced", "abandoned"),
+    CURATOR_RUN_SECONDS: ("committed", "failed", "fenced"),
+    CURATOR_LEASE_CONFLICTS: ("connection_lost", "holder_silent"),
+    CURATOR_LLM_CALLS: ("ok", "timeout", "error"),
+    CURATOR_LLM_TOKENS: ("prompt", "completion"),
+    INDEXER_EVENTS: ("upsert", "delete", "unchanged", "absent", "newer", "invalid"),
+}
+for _metric, _values in KNOWN_LABELS.items():
+    for _value in _values:
+        _metric.labels(_value)

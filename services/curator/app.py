@@ -6,7 +6,8 @@ memwright.store.leases, the fenced commit in memwright.agent.run. This shell wir
 
 - a claim keeps its connection (it holds the run's advisory lock) for the whole run;
 - a heartbeat renews the lease every lease/3 seconds; when a renewal fails (the lease was
-  taken over, or the run's connection is gone) it stops, and the run's commit is refused;
+  taken over, or the run's connection is gone) the run is stopped before its next step and
+  records itself fenced (its commit would be refused anyway);
 - a committed run releases its lease; a failed run releases it with a retry time one lease
   length away, so a user whose runs keep failing does not take a slot in a tight loop; a
   fenced run has nothing to release (its lease belongs to another run).
@@ -105,7 +106,8 @@ class Curator:
         outcome = "failed"
         run_id: uuid.UUID | None = None
         metrics.CURATOR_ACTIVE_RUNS.inc()
-        heartbeat = asyncio.create_task(self.heartbeat(lease, bound))
+        lease_lost = asyncio.Event()
+        heartbeat = asyncio.create_task(self.heartbeat(lease, bound, lease_lost))
         try:
             # a curator paused inside its commit must not hold the user's agents row for ever;
             # RESET ALL when the connection goes back to the pool undoes this
@@ -117,7 +119,7 @@ class Curator:
                 bound.warning("abandoned_runs_recovered", runs=abandoned, previous_owner=lease.previous_owner)
             run_id = await start_run(conn, lease, self.policy.name)
             bound = bound.bind(run_id=str(run_id))
-            changes, tools = await run_agent(conn, lease, self.policy, run_id)
+            changes, tools = await run_agent(conn, lease, self.policy, run_id, lease_lost)
             metrics.CURATOR_BUDGET_REFUSALS.inc(tools.budget_refusals)
             outcome = "committed"
             bound.info("run_committed", changes=changes, refusals=len(tools.refusals))
@@ -150,8 +152,8 @@ class Curator:
                 bound.warning("release_failed", error=str(exc))  # the lease expires by itself
             await self._give_back(conn)
 
-    async def heartbeat(self, lease: leases.Lease, bound: Any) -> None:
-        """Renew the lease every lease/3 s; stop for good once it is lost (invariant 3)."""
+    async def heartbeat(self, lease: leases.Lease, bound: Any, lease_lost: asyncio.Event) -> None:
+        """Renew the lease every lease/3 s; once it is lost, say so (the run stops) and stop (invariant 3)."""
         interval = self.settings.lease_seconds / 3
         while True:
             await asyncio.sleep(interval)
@@ -162,7 +164,8 @@ class Curator:
                 continue
             if not renewed:
                 metrics.CURATOR_HEARTBEATS_LOST.inc()
-                bound.warning("lease_lost", detail="taken over or the run's connection is gone; commit will be refused")
+                bound.warning("lease_lost", detail="taken over or the run's connection is gone; the run stops")
+                lease_lost.set()
                 return
 
     async def _record(

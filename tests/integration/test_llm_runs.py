@@ -5,10 +5,12 @@ budget refusal travels to the model and back through a real commit."""
 
 from __future__ import annotations
 
+import asyncio
+
 import asyncpg
 import pytest
 from memwright.agent.llm import LlmPolicy, LlmUnavailable
-from memwright.agent.run import fail_run, run_agent, start_run
+from memwright.agent.run import Fenced, fail_run, run_agent, start_run
 from memwright.settings import CuratorSettings
 from memwright.store import leases
 
@@ -127,3 +129,24 @@ async def test_the_budget_refusal_reaches_the_model_which_consolidates_and_it_al
     ]
     actions = [r["action"] for r in await db.fetch("SELECT action FROM memory_audit ORDER BY audit_id")]
     assert actions == ["create", "create", "delete", "delete", "consolidate", "create"]
+
+
+async def test_a_run_whose_lease_is_lost_stops_calling_the_model_and_commits_nothing(db: asyncpg.Pool) -> None:
+    [mid] = await sweep(db, "alice", "Always answer in metric units.")
+    async with FakeLlm() as llm, db.acquire() as conn:
+        # a slow first answer, then more steps the run would take if nobody stopped it
+        llm.push(
+            slow(2.0, tool_call("create_memory", text="Always answer in metric units.", evidence=[mid])),
+            tool_call("list_memories"),
+            text("done"),
+        )
+        lease = await leases.claim_next(conn, "test-curator", 60)
+        assert lease is not None
+        run_id = await start_run(conn, lease, "llm")
+        lease_lost = asyncio.Event()
+        asyncio.get_running_loop().call_later(0.2, lease_lost.set)  # what the heartbeat does when renewal fails
+        with pytest.raises(Fenced, match="lease lost during the run"):
+            await run_agent(conn, lease, llm_policy(llm), run_id, lease_lost)
+        await leases.release(conn, lease)
+        assert len(llm.requests) == 1  # the completion in flight was abandoned; no further ones
+    await assert_nothing_committed(db)

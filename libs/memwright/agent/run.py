@@ -4,10 +4,13 @@ commit everything in ONE transaction fenced by the lease epoch (invariant 3).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import asyncpg
 
@@ -84,6 +87,26 @@ async def load_snapshot(conn: asyncpg.Connection, lease: Lease) -> Snapshot:
         shown.setdefault(r["message_id"], _message(r))
     watermark = max((m.seq for m in new_messages), default=lease.watermark)
     return Snapshot(memories, new_messages, shown, working, watermark)
+
+
+async def _unless_lost(work: Coroutine[Any, Any, list[str]], lease_lost: asyncio.Event | None) -> list[str]:
+    if lease_lost is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    lost = asyncio.ensure_future(lease_lost.wait())
+    try:
+        await asyncio.wait({task, lost}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()  # the curator is stopping: take the policy down with the run
+        raise
+    finally:
+        lost.cancel()
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        raise Fenced("lease lost during the run (taken over, or its connection is gone); stopped before committing")
+    return task.result()
 
 
 # ---- the commit ------------------------------------------------------------------------
@@ -221,12 +244,19 @@ async def fail_run(conn: asyncpg.Connection, run_id: uuid.UUID, status: str, err
 
 
 async def run_agent(
-    conn: asyncpg.Connection, lease: Lease, policy: Policy, run_id: uuid.UUID
+    conn: asyncpg.Connection,
+    lease: Lease,
+    policy: Policy,
+    run_id: uuid.UUID,
+    lease_lost: asyncio.Event | None = None,
 ) -> tuple[int, MemoryTools]:
-    """Run the policy over the user's new signals and commit; return (changes, tools)."""
+    """Run the policy over the user's new signals and commit; return (changes, tools).
+
+    `lease_lost` (set by the curator's heartbeat) stops the policy at once with Fenced: its commit
+    would be refused anyway, and an LLM policy would go on paying for completions until then."""
     snapshot = await load_snapshot(conn, lease)
     tools = MemoryTools(lease.user_id, snapshot.memories, snapshot.shown, lease.budget, snapshot.working)
-    results = await policy.run(tools, snapshot.new_messages)
+    results = await _unless_lost(policy.run(tools, snapshot.new_messages), lease_lost)
     tools.working.record(
         {
             "run_id": str(run_id),
