@@ -15,6 +15,7 @@ import aiohttp
 import asyncpg
 
 from tests.drills.conftest import Drill
+from tests.e2e.helpers import eventually
 
 PREFERENCE = "Always answer in metric units"
 HANG_SECONDS = 20.0  # a request unanswered this long is a hang
@@ -89,17 +90,6 @@ class Poster:
             if o.sent_at >= monotonic:
                 counts[o.status] = counts.get(o.status, 0) + 1
         return counts
-
-
-async def eventually(probe, timeout: float, what: str, interval: float = 0.5):  # type: ignore[no-untyped-def]
-    deadline = time.monotonic() + timeout
-    while True:
-        result = await probe()
-        if result:
-            return result
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(interval)
 
 
 async def swept(pool: asyncpg.Pool, users: list[str]) -> dict[str, int]:

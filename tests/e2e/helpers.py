@@ -25,8 +25,11 @@ def new_user() -> str:
     return f"u-{uuid.uuid4().hex[:10]}"
 
 
-async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 30.0, what: str = "condition") -> T:
-    """Poll `probe` until it returns something truthy; fail with `what` after `timeout` seconds."""
+async def eventually(
+    probe: Callable[[], Awaitable[T | None]], timeout: float = 30.0, what: str = "condition", interval: float = 0.25
+) -> T:
+    """Poll `probe` every `interval` seconds until it returns something truthy; fail with `what`
+    after `timeout` seconds."""
     deadline = time.monotonic() + timeout
     while True:
         result = await probe()
@@ -34,4 +37,4 @@ async def eventually(probe: Callable[[], Awaitable[T | None]], timeout: float = 
             return result
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
-        await asyncio.sleep(0.25)
+        await asyncio.sleep(interval)
