@@ -106,8 +106,8 @@ def _line(label: str, ingest: LoadResult, raw: LoadResult) -> str:
 
 async def run(stack: BenchStack, cfg: IngestConfig, say: Callable[[str], None]) -> dict[str, Any]:
     topics = await stack.topics("i")
-    linger_ms = IngestSettings.producer_linger_ms  # ingest's own, unless set in the environment:
-    linger_ms = int(os.environ.get("MEMWRIGHT_PRODUCER_LINGER_MS") or linger_ms)  # the baselines use the same
+    # the linger ingest runs with (its default, or the environment's): the baselines use the same
+    linger_ms = int(os.environ.get("MEMWRIGHT_PRODUCER_LINGER_MS") or IngestSettings.producer_linger_ms)
     async with CountingLlm() as llm:
         procs = stack.services(
             topics,
