@@ -15,6 +15,7 @@ import json
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -153,7 +154,7 @@ class _VerifiedTokens:
     so a key taken out of the JWKS file stops verifying within that time; only successes are kept,
     under the verifying settings as well as the token, and at most `max_entries` of them."""
 
-    def __init__(self, ttl_s: float = 30.0, max_entries: int = 10_000, clock: Any = time.time) -> None:
+    def __init__(self, ttl_s: float = 30.0, max_entries: int = 10_000, clock: Callable[[], float] = time.time) -> None:
         self.ttl_s = ttl_s
         self.max_entries = max_entries
         self.clock = clock

@@ -28,14 +28,16 @@ def signal_schema() -> dict[str, Any]:
     return json.loads(text)
 
 
-_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}")
-_NOT_BLANK = re.compile(r"\S")
-_REQUIRED = ("schema_version", "user_id", "message_id", "conversation_id", "text")
-_ID_FIELDS = ("user_id", "message_id", "conversation_id", "project_id")
-_TIME_FIELDS = ("sent_at", "accepted_at")
-_PROPERTIES = frozenset((*_REQUIRED, *_ID_FIELDS, *_TIME_FIELDS, "role"))
-_ROLES = ("user", "assistant")
-_TEXT_MAX = 8000
+# The check's vocabulary is read from the published schema, so the two cannot disagree on it.
+_PUBLISHED = signal_schema()["properties"]
+_ID = re.compile(signal_schema()["$defs"]["id"]["pattern"])  # anchored; used with fullmatch
+_NOT_BLANK = re.compile(_PUBLISHED["text"]["pattern"])
+_REQUIRED = tuple(signal_schema()["required"])
+_ID_FIELDS = tuple(name for name, spec in _PUBLISHED.items() if spec.get("$ref") == "#/$defs/id")
+_TIME_FIELDS = tuple(name for name, spec in _PUBLISHED.items() if spec.get("format") == "date-time")
+_PROPERTIES = frozenset(_PUBLISHED)
+_ROLES = tuple(_PUBLISHED["role"]["enum"])
+_TEXT_MAX = _PUBLISHED["text"]["maxLength"]
 
 
 def _problem(obj: dict[str, Any]) -> str | None:
