@@ -32,6 +32,7 @@ def signal_schema() -> dict[str, Any]:
 _PUBLISHED = signal_schema()["properties"]
 _ID = re.compile(signal_schema()["$defs"]["id"]["pattern"])  # anchored; used with fullmatch
 _NOT_BLANK = re.compile(_PUBLISHED["text"]["pattern"])
+_UNSTORABLE = re.compile(_PUBLISHED["text"]["not"]["pattern"])  # what PostgreSQL's text type refuses
 _REQUIRED = tuple(signal_schema()["required"])
 _ID_FIELDS = tuple(name for name, spec in _PUBLISHED.items() if spec.get("$ref") == "#/$defs/id")
 _TIME_FIELDS = tuple(name for name, spec in _PUBLISHED.items() if spec.get("format") == "date-time")
@@ -70,6 +71,11 @@ def _problem(obj: dict[str, Any]) -> str | None:
         return f"text is too long ({len(text)} characters, at most {_TEXT_MAX})"
     if not _NOT_BLANK.search(text):
         return "text must not be empty"
+    unstorable = _UNSTORABLE.search(text)
+    if unstorable:  # refused here, or the sweeper could not store the signal (invariant 10)
+        char = unstorable.group()
+        what = "U+0000 (NUL)" if char == "\0" else f"a lone surrogate U+{ord(char):04X}"
+        return f"text holds {what} at character {unstorable.start()}, which PostgreSQL cannot store; remove it"
     if "role" in obj and obj["role"] not in _ROLES:
         return f"role must be one of {', '.join(map(repr, _ROLES))}, got {obj['role']!r}"
     for name in _TIME_FIELDS:
@@ -90,6 +96,10 @@ def _parse_time(value: str, name: str) -> datetime:
         raise InvalidSignal(f"{name} must be an RFC 3339 timestamp, got {value!r}") from None
     if parsed.tzinfo is None:
         raise InvalidSignal(f"{name} must include a timezone offset, got {value!r}")
+    try:
+        parsed.astimezone(UTC)  # PostgreSQL stores it in UTC: 0001-01-01T00:00+01:00 has no such instant
+    except OverflowError:
+        raise InvalidSignal(f"{name} must be an RFC 3339 timestamp within years 1-9999 in UTC, got {value!r}") from None
     return parsed
 
 
@@ -154,12 +164,14 @@ def parse_signal(obj: Any, index: int | None = None) -> Signal:
 
 
 def decode_signal(raw: bytes | None) -> Signal:
-    """Decode a Kafka record value; anything malformed raises InvalidSignal."""
+    """Decode a Kafka record value; anything malformed (whatever its size or nesting) raises InvalidSignal."""
     if raw is None:
         raise InvalidSignal("record has no value")
     try:
         obj = json.loads(raw)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+    except RecursionError:
+        raise InvalidSignal("value is not JSON this service can read: nested too deeply") from None
+    except ValueError as exc:  # also UnicodeDecodeError, and integers longer than Python converts
         raise InvalidSignal(f"value is not JSON: {exc}") from None
     return parse_signal(obj)
 

@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
+from memwright.auth import mint
 from memwright.events import InvalidSignal, decode_signal, parse_signal, signal_schema
+from memwright.producer import SignalProducer
+from memwright.services.ingest.app import build_app
+from memwright.settings import IngestSettings
 
 GOOD = {"schema_version": 1, "user_id": "u1", "message_id": "m1", "conversation_id": "c1", "text": "hi"}
 
@@ -35,6 +42,11 @@ def test_a_valid_signal_round_trips_through_its_kafka_record() -> None:
         ({"extra": 1}, "unknown field 'extra'"),
         ({"sent_at": "yesterday"}, "sent_at must be an RFC 3339 timestamp"),
         ({"sent_at": "2026-01-01T10:00:00"}, "sent_at must include a timezone offset"),
+        ({"text": "a\x00b"}, "text holds U+0000 (NUL) at character 1, which PostgreSQL cannot store"),
+        ({"text": "\ud800"}, "text holds a lone surrogate U+D800 at character 0, which PostgreSQL cannot store"),
+        ({"text": "ok \udfff"}, "lone surrogate U+DFFF at character 3"),
+        ({"sent_at": "0001-01-01T00:00:00+01:00"}, "sent_at must be an RFC 3339 timestamp within years 1-9999"),
+        ({"accepted_at": "9999-12-31T23:00:00-02:00"}, "accepted_at must be an RFC 3339 timestamp within years"),
     ],
 )
 def test_invalid_signals_are_rejected_with_a_reason(change: dict, expected: str) -> None:
@@ -46,6 +58,53 @@ def test_records_that_are_not_json_objects_are_rejected() -> None:
     for raw, expected in [(b"{nope", "not JSON"), (None, "no value"), (b"[1]", "JSON object"), (b"\xff", "not JSON")]:
         with pytest.raises(InvalidSignal, match=expected):
             decode_signal(raw)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [b"[" * 100_000, b'{"text": ' * 50_000, b"1" * 5000, b'{"schema_version": ' + b"9" * 5000 + b"}"],
+    ids=["nested-arrays", "nested-objects", "huge-integer", "huge-integer-field"],
+)
+def test_records_too_deep_or_with_huge_integers_are_rejected_not_raised(raw: bytes) -> None:
+    # RecursionError or ValueError escaping here would crash the sweeper's agent instead of dead-lettering
+    with pytest.raises(InvalidSignal, match="not JSON"):
+        decode_signal(raw)
+
+
+@pytest.mark.parametrize("text", ["\x00", "\ud800", "a\udc00b"])
+def test_a_record_whose_text_postgresql_cannot_store_is_rejected_at_decode(text: str) -> None:
+    raw = json.dumps({**GOOD, "text": text}).encode()  # escaped (\\u0000, \\ud800): valid JSON
+    with pytest.raises(InvalidSignal, match="PostgreSQL cannot store"):
+        decode_signal(raw)
+
+
+INGEST = IngestSettings(kafka_bootstrap="127.0.0.1:1", jwt_secret="k" * 40)
+
+
+class NoKafka:
+    """Ingest's producer (or the keeper that holds it), never connected: a valid signal would get
+    503; the signals below must be refused with 400 before Kafka is asked."""
+
+    producer = None
+    ready = False
+
+
+@pytest.mark.parametrize("text", ["\x00", "\ud800", "\udfff tail"])
+async def test_ingest_answers_400_with_the_reason_for_text_postgresql_cannot_store(text: str) -> None:
+    auth = {"Authorization": f"Bearer {mint(INGEST, 'alice', ['signals:write'])}"}
+    body = json.dumps({**GOOD, "user_id": "alice", "text": f"hi {text}"})
+    app = build_app(INGEST, NoKafka())  # type: ignore[arg-type]
+    async with TestClient(TestServer(app)) as client:
+        r = await client.post("/v1/signals", data=body, headers={**auth, "Content-Type": "application/json"})
+        assert r.status == 400, await r.text()
+        assert "PostgreSQL cannot store" in (await r.json())["error"]
+
+
+@pytest.mark.parametrize("text", ["nul \x00", "\ud83d alone"])
+async def test_signal_producer_refuses_text_postgresql_cannot_store_before_producing(text: str) -> None:
+    producer = SignalProducer("127.0.0.1:1")  # never started: nothing may reach Kafka
+    with pytest.raises(InvalidSignal, match="PostgreSQL cannot store"):
+        await producer.send({**GOOD, "text": text})
 
 
 # ---- the hand-written check and the published schema agree ---------------------------------
@@ -65,7 +124,15 @@ values = st.one_of(
     st.none(),
     st.lists(st.integers(), max_size=2),
 )
-texts = st.one_of(st.text(max_size=40), st.just(" \t\n"), st.just("x" * 8000), st.just("x" * 8001), values)
+texts = st.one_of(
+    st.text(max_size=40),
+    st.text(st.characters(exclude_categories=()), max_size=40),  # with lone surrogates (category Cs)
+    st.sampled_from(["\x00", "a\x00", "\ud800", "x\udfff", "\U0001f600", "\ud83d\ude00"]),
+    st.just(" \t\n"),
+    st.just("x" * 8000),
+    st.just("x" * 8001),
+    values,
+)
 fields = {
     "schema_version": st.one_of(st.just(1), st.just(1.0), st.just(True), st.integers(0, 3), values),
     "user_id": ids,
