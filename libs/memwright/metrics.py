@@ -11,6 +11,16 @@ from prometheus_client import Counter, Gauge, Histogram
 FAST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 SLOW_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
 
+# Kafka clients, in every service that has them (memwright.kafka)
+KAFKA_CONNECT_FAILURES = Counter(
+    "memwright_kafka_connect_failures_total", "Failed connection attempts to a Kafka broker (each followed by a backoff)"
+)
+KAFKA_PRODUCER_REPLACEMENTS = Counter(
+    "memwright_kafka_producer_replacements_total",
+    "Producers replaced after a fatal error (out-of-order sequence, fenced, dead sender), by producer",
+    ["producer"],
+)
+
 # ingest
 INGEST_REQUESTS = Counter("memwright_ingest_requests_total", "HTTP requests to ingest by status code", ["code"])
 INGEST_LATENCY = Histogram("memwright_ingest_request_duration_seconds", "Ingest request latency", buckets=FAST_BUCKETS)
@@ -28,6 +38,15 @@ SWEEPER_DLQ = Counter(
     "memwright_sweeper_dlq_records_total", "Records sent to the dead-letter topic, by reason", ["reason"]
 )
 SWEEPER_OPEN_WINDOWS = Gauge("memwright_sweeper_open_windows", "Per-user windows currently open")
+SWEEPER_OLDEST_UNWRITTEN = Gauge(
+    "memwright_sweeper_oldest_unwritten_window_seconds",
+    "Seconds since the oldest closed window that is still not written closed (0: none waits)",
+)
+SWEEPER_WRITE_FAILURES = Counter(
+    "memwright_sweeper_window_write_failures_total",
+    "Failed window writes by kind (unavailable: retried; content, other: split and dead-lettered)",
+    ["kind"],
+)
 SWEEPER_FLUSH_SECONDS = Histogram(
     "memwright_sweeper_flush_duration_seconds", "Window write transaction duration", buckets=FAST_BUCKETS
 )
@@ -55,6 +74,12 @@ CURATOR_ABANDONED_RECOVERED = Counter(
 CURATOR_ACTIVE_RUNS = Gauge("memwright_curator_active_runs", "Runs in progress in this curator process")
 CURATOR_BUDGET_REFUSALS = Counter(
     "memwright_curator_budget_refusals_total", "create_memory refused because the budget is full"
+)
+CURATOR_GUARD_REFUSALS = Counter(
+    "memwright_curator_guard_refusals_total",
+    "Memory texts the tool layer refused: secret, instruction, authority (invariant 11), "
+    "deleted (a user-deleted memory written again from old evidence, invariant 12)",
+    ["kind"],
 )
 CURATOR_TOOL_CALLS = Counter(
     "memwright_curator_tool_calls_total", "Memory tool calls by tool and result", ["tool", "result"]
@@ -88,6 +113,12 @@ API_REQUESTS = Counter(
 API_LATENCY = Histogram(
     "memwright_api_request_duration_seconds", "Api request latency by route", ["route"], buckets=FAST_BUCKETS
 )
+API_CONTEXT_READS = Counter(
+    "memwright_api_context_reads_total",
+    "Context reads by how they were answered: not_modified (304 from the version check), hit (cached block), "
+    "miss (previews read and the block rendered)",
+    ["result"],
+)
 
 # Every series whose label values are known in advance exists from the start, at 0. A counter
 # series born at its first event starts at 1, and rate() or increase() over it shows nothing:
@@ -96,13 +127,18 @@ API_LATENCY = Histogram(
 KNOWN_LABELS: dict[Counter | Histogram, tuple[str, ...]] = {
     INGEST_REQUESTS: ("202", "400", "401", "403", "413", "503"),
     INGEST_REJECTIONS: ("auth", "too_large", "not_json", "invalid", "forbidden"),
-    SWEEPER_DLQ: ("not_json", "no_value", "schema_version", "key", "text", "required", "too_long", "schema"),
+    SWEEPER_DLQ: ("not_json", "no_value", "schema_version", "key", "text", "required", "too_long", "schema")
+    + ("write_failed",),  # refused by PostgreSQL at the window write (memwright.sweeping)
+    SWEEPER_WRITE_FAILURES: ("unavailable", "content", "other"),
     CURATOR_RUNS: ("committed", "failed", "fenced", "abandoned"),
     CURATOR_RUN_SECONDS: ("committed", "failed", "fenced"),
     CURATOR_LEASE_CONFLICTS: ("connection_lost", "holder_silent"),
     CURATOR_LLM_CALLS: ("ok", "timeout", "error"),
     CURATOR_LLM_TOKENS: ("prompt", "completion"),
+    CURATOR_GUARD_REFUSALS: ("secret", "instruction", "authority", "deleted"),
     INDEXER_EVENTS: ("upsert", "delete", "unchanged", "absent", "newer", "invalid"),
+    API_CONTEXT_READS: ("not_modified", "hit", "miss"),
+    KAFKA_PRODUCER_REPLACEMENTS: ("ingest", "relay", "signals"),
 }
 for _metric, _values in KNOWN_LABELS.items():
     for _value in _values:

@@ -6,43 +6,51 @@
 
 Every signal is validated against the schema before it is produced (acks=all,
 idempotent producer, key = user_id). `send` returns after Kafka acknowledged.
+
+It lives through Kafka outages (memwright.kafka.KeptProducer): while Kafka is away `send`
+raises KafkaUnavailable at once, a producer wedged by a broker restart is replaced by a
+new one, and reconnect attempts back off (this applies to every aiokafka client of the
+process). A send that failed may be retried: the message id makes the signal idempotent.
 """
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from datetime import UTC, datetime
 from types import TracebackType
 from typing import Any
 
-from aiokafka import AIOKafkaProducer
-
 from memwright.events import Signal, parse_signal
+from memwright.kafka import KafkaUnavailable, KeptProducer
+
+__all__ = ["KafkaUnavailable", "SignalProducer"]
 
 
 class SignalProducer:
-    def __init__(self, bootstrap: str, topic: str = "memory.signals", **producer_options: Any) -> None:
+    def __init__(
+        self, bootstrap: str, topic: str = "memory.signals", *, name: str = "signals", **producer_options: Any
+    ) -> None:
         self.topic = topic
-        options: dict[str, Any] = {
-            "acks": "all",
-            "enable_idempotence": True,
-            # no lingering: a signal is sent at once, and while one request is in flight the next
-            # signals gather into one batch anyway (measured: p99 at 1000 signals/s 5.6 -> 2.4 ms)
-            "linger_ms": 0,
-            "request_timeout_ms": 10000,
-        }
-        self._producer = AIOKafkaProducer(bootstrap_servers=bootstrap, **{**options, **producer_options})
-        self.started = False
+        self.kafka = KeptProducer(bootstrap, name=name, **producer_options)
 
-    async def start(self) -> None:
-        await self._producer.start()
-        self.started = True
+    @property
+    def ready(self) -> bool:
+        return self.kafka.ready
+
+    async def start(self, wait_s: float | None = 30.0) -> None:
+        """Connect; wait up to `wait_s` seconds (KafkaUnavailable after that), or None: return at
+        once and keep connecting in the background (sends raise KafkaUnavailable until then)."""
+        self.kafka.start()
+        if wait_s is None:
+            return
+        try:
+            await self.kafka.wait_ready(wait_s)
+        except BaseException:
+            await self.kafka.stop()
+            raise
 
     async def stop(self) -> None:
-        if self.started:
-            await self._producer.stop()
-            self.started = False
+        await self.kafka.stop()
 
     async def __aenter__(self) -> SignalProducer:
         await self.start()
@@ -60,6 +68,5 @@ class SignalProducer:
         """Validate all, then produce all and wait until Kafka acknowledged every one."""
         now = datetime.now(UTC)
         parsed = [(s if isinstance(s, Signal) else parse_signal(s, i)).accepted(now) for i, s in enumerate(signals)]
-        futures = [await self._producer.send(self.topic, key=s.user_id.encode(), value=s.to_bytes()) for s in parsed]
-        await asyncio.gather(*futures)
+        await self.kafka.send_all(self.topic, [(s.user_id.encode(), s.to_bytes()) for s in parsed])
         return len(parsed)

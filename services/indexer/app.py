@@ -10,13 +10,13 @@ from dataclasses import dataclass
 
 import asyncpg
 import structlog
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord, TopicPartition
+from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
-from memwright import logs, metrics
+from memwright import kafka, logs, metrics
 from memwright.events import ChangelogEvent
 from memwright.index.apply import converge
 from memwright.index.drift import find_drift
-from memwright.index.embedders import make_embedder
+from memwright.embeddings import make_embedder
 from memwright.index.relay import outbox_stats, relay_once
 from memwright.index.vectors import VectorIndex, open_client
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
@@ -40,24 +40,26 @@ async def _pause(stop: asyncio.Event, seconds: float) -> None:
         pass
 
 
-async def relay_loop(settings: IndexerSettings, pool: asyncpg.Pool, stop: asyncio.Event) -> None:
-    producer = AIOKafkaProducer(bootstrap_servers=settings.kafka_bootstrap, acks="all", enable_idempotence=True)
-    await producer.start()
-    try:
-        while not stop.is_set():
-            try:
+async def relay_loop(
+    settings: IndexerSettings, pool: asyncpg.Pool, producer: kafka.KeptProducer, stop: asyncio.Event
+) -> None:
+    """Relay the outbox until stopped; while Kafka is away the rows wait in PostgreSQL."""
+    failing = logs.Condition("relay_failing")
+    while not stop.is_set():
+        sent = 0
+        try:
+            if producer.ready:
                 sent = await relay_once(pool, producer, settings.topic_changelog, settings.relay_batch)
                 metrics.INDEXER_RELAYED.inc(sent)
-                depth, age = await outbox_stats(pool)
-                metrics.INDEXER_OUTBOX_DEPTH.set(depth)
-                metrics.INDEXER_OUTBOX_AGE.set(age)
-            except Exception as exc:
-                sent = 0
-                log.warning("relay_failed", error=repr(exc))
-            if sent < settings.relay_batch:
-                await _pause(stop, settings.relay_poll_seconds)
-    finally:
-        await producer.stop()
+                failing.cleared()
+            depth, age = await outbox_stats(pool)
+            metrics.INDEXER_OUTBOX_DEPTH.set(depth)
+            metrics.INDEXER_OUTBOX_AGE.set(age)
+        except Exception as exc:  # the rows stay; a wedged producer has been replaced for the next try
+            sent = 0
+            failing.failed(error=repr(exc))
+        if sent < settings.relay_batch:
+            await _pause(stop, settings.relay_poll_seconds)
 
 
 def _memory_ids(records: list[ConsumerRecord]) -> list[str]:
@@ -108,6 +110,7 @@ async def apply_loop(
         auto_offset_reset="earliest",
     )
     await consumer.start()
+    unavailable = logs.Condition("changelog_kafka_unavailable")
     drain_until: float | None = None
     try:
         while True:
@@ -128,10 +131,11 @@ async def apply_loop(
             except KafkaError as exc:
                 # Kafka away (a long outage): keep going; uncommitted records come again and
                 # applying them twice is harmless. Found by tests/drills/test_kafka_long_outage.py.
-                log.warning("changelog_kafka_unavailable", error=repr(exc))
+                unavailable.failed(error=repr(exc))
                 state.lag = None
                 await _pause(stop, 1.0)
                 continue
+            unavailable.cleared()
             if stop.is_set() and not records and not state.lag:
                 break
     finally:
@@ -197,13 +201,16 @@ async def serve(settings: IndexerSettings, stop: asyncio.Event) -> None:
         ops = await start_site(ops_app(readiness), settings.ops_host, settings.ops_port)
         log.info("indexer_started", collection=settings.qdrant_collection, embedder=index.embedder.name)
         state = ConsumerState()
+        producer = kafka.KeptProducer(settings.kafka_bootstrap, name="relay")
+        producer.start()  # connects in the background: the indexer comes up while Kafka is down
         try:
             await asyncio.gather(
-                relay_loop(settings, pool, stop),
+                relay_loop(settings, pool, producer, stop),
                 apply_loop(settings, pool, index, stop, state),
                 drift_loop(settings, pool, index, stop, state),
             )
         finally:
+            await producer.stop()
             await ops.cleanup()
     finally:
         await client.close()  # releases the embedded store's lock for the next process
@@ -214,4 +221,5 @@ async def serve(settings: IndexerSettings, stop: asyncio.Event) -> None:
 def main() -> None:
     settings = IndexerSettings.from_env()
     logs.configure("indexer", settings.log_level, settings.log_json)
+    kafka.install_reconnect_backoff()
     run_until_stopped(lambda stop: serve(settings, stop))

@@ -192,3 +192,32 @@ def assert_index_matches(drill: Drill) -> None:
         timeout=120,
     )
     assert done.returncode == 0, f"index check found drift:\n{done.stdout}\n{done.stderr}"
+
+
+@dataclass(frozen=True)
+class Footprint:
+    """What one service process had written to its log and spent in CPU at one moment."""
+
+    log_lines: int
+    cpu_seconds: float
+
+    def since(self, earlier: Footprint) -> Footprint:
+        return Footprint(self.log_lines - earlier.log_lines, round(self.cpu_seconds - earlier.cpu_seconds, 2))
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of a process (fields 14 and 15 of /proc/<pid>/stat), in seconds."""
+    with open(f"/proc/{pid}/stat") as f:
+        # the command name (field 2) may hold spaces: split after its closing parenthesis
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def footprints(drill: Drill) -> dict[str, Footprint]:
+    """Log lines so far and CPU seconds so far of every running service."""
+    out = {}
+    for name, proc in drill.procs.procs.items():
+        with open(drill.procs.log_dir / f"{name}.log", "rb") as f:
+            lines = sum(chunk.count(b"\n") for chunk in iter(lambda: f.read(1 << 20), b""))
+        out[name] = Footprint(lines, cpu_seconds(proc.pid))
+    return out

@@ -20,6 +20,7 @@ from tests.drills.helpers import (
     assert_ready,
     assert_swept_exactly_once,
     eventually,
+    footprints,
     settled,
 )
 
@@ -27,6 +28,15 @@ pytestmark = [pytest.mark.drills, pytest.mark.timeout(480)]
 
 OUTAGE_SECONDS = 50  # longer than aiokafka's request_timeout_ms (40 s): requests and batches expire
 RECOVERY_SECONDS = 60
+# What a service may write to its log and spend in CPU during the outage. Measured on the 2-core
+# machine (tests/drills, 10 signals/s and 10 memory writes/s): before memwright.kafka, ingest
+# and indexer wrote ~380,000 lines each and spent ~43 CPU-seconds each (a reconnect loop with
+# no pause); after it, at most ~45 lines before the outage filter (now ~10) and at most 1.1 CPU-
+# seconds (the api, serving the memory writes). A condition logs ~3 lines per 50 s (start, every
+# 30 s); the rest is the burst as connections drop and windows closing on signals consumed just
+# before. The bounds leave room for a busy machine and stay far below a spinning client.
+MAX_OUTAGE_LOG_LINES = 30
+MAX_OUTAGE_CPU_SECONDS = 5.0
 
 
 async def _write_memories(drill: Drill, stop: asyncio.Event, statuses: dict[int, int]) -> None:
@@ -59,7 +69,10 @@ async def test_kafka_outage_longer_than_client_timeouts_leaves_every_service_up_
     try:
         await asyncio.sleep(3)
         await asyncio.to_thread(drill.stack.stop, "kafka")
+        before = footprints(drill)
         await asyncio.sleep(OUTAGE_SECONDS)
+        during = {name: now.since(before[name]) for name, now in footprints(drill).items()}
+        print(f"during the {OUTAGE_SECONDS} s outage: {during}")  # -s shows it; the closing note quotes it
         await asyncio.to_thread(drill.stack.start, "kafka")
         back = time.monotonic()
         recovered = False
@@ -71,6 +84,10 @@ async def test_kafka_outage_longer_than_client_timeouts_leaves_every_service_up_
         stop.set()
         await asyncio.gather(*tasks)
 
+    noisy = {n: f for n, f in during.items() if f.log_lines > MAX_OUTAGE_LOG_LINES}
+    assert not noisy, f"log lines during a {OUTAGE_SECONDS} s outage above {MAX_OUTAGE_LOG_LINES}: {noisy}"
+    busy = {n: f for n, f in during.items() if f.cpu_seconds > MAX_OUTAGE_CPU_SECONDS}
+    assert not busy, f"CPU seconds during a {OUTAGE_SECONDS} s outage above {MAX_OUTAGE_CPU_SECONDS}: {busy}"
     assert set(writes) == {201}, f"the api writes to PostgreSQL only; Kafka must not matter: {writes}"
     for name, proc in drill.procs.procs.items():
         assert proc.poll() is None, (

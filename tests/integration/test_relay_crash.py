@@ -13,12 +13,13 @@ from asyncio.subprocess import PIPE
 from pathlib import Path
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, ConsumerRecord
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from memwright.index.drift import find_drift
-from memwright.index.embedders import CachedEmbedder, HashingEmbedder
+from memwright.embeddings import CachedEmbedder, HashingEmbedder
 from memwright.index.relay import relay_once
 from memwright.index.vectors import VectorIndex
+from memwright.kafka import KeptProducer
 from memwright.services.indexer.app import apply_records
 from memwright.settings import KafkaSettings
 from qdrant_client import AsyncQdrantClient
@@ -28,24 +29,23 @@ from tests.conftest import ROOT
 # A relay process that dies between "the broker acknowledged" and "delete the outbox rows".
 DOOMED_RELAY = """
 import asyncio, sys
-from aiokafka import AIOKafkaProducer
 from memwright.index import relay
+from memwright.kafka import KeptProducer
 from memwright.store.db import create_pool
 
 dsn, bootstrap, topic = sys.argv[1:4]
-produce_all = relay.produce_all
 
-async def produce_then_hang(producer, topic, events):
-    await produce_all(producer, topic, events)
-    print("ACKED", len(events), flush=True)
-    await asyncio.sleep(3600)  # killed here, inside the transaction, before DELETE
-
-relay.produce_all = produce_then_hang
+class ProduceThenHang(KeptProducer):
+    async def send_all(self, topic, records):
+        await super().send_all(topic, records)
+        print("ACKED", len(records), flush=True)
+        await asyncio.sleep(3600)  # killed here, inside the transaction, before DELETE
 
 async def main():
     pool = await create_pool(dsn, 1, 2)
-    producer = AIOKafkaProducer(bootstrap_servers=bootstrap, acks="all", enable_idempotence=True)
-    await producer.start()
+    producer = ProduceThenHang(bootstrap, name="relay")
+    producer.start()
+    await producer.wait_ready(30)
     await relay.relay_once(pool, producer, topic, 500)
 
 asyncio.run(main())
@@ -111,8 +111,9 @@ async def test_relay_killed_between_produce_and_delete_produces_again_and_still_
         await doomed.wait()
 
     # its connection is gone, its transaction rolled back: a new relay sends the same rows again
-    producer = AIOKafkaProducer(bootstrap_servers=kafka.kafka_bootstrap, acks="all", enable_idempotence=True)
-    await producer.start()
+    producer = KeptProducer(kafka.kafka_bootstrap, name="relay")
+    producer.start()
+    await producer.wait_ready(30)
     try:
         sent = 0
         for _ in range(100):  # until PostgreSQL has noticed the dead connection and released its row locks

@@ -11,7 +11,8 @@ import sys
 
 from aiohttp.test_utils import TestClient, TestServer
 from memwright.auth import mint
-from memwright.services.ingest.app import ProducerKeeper, build_app
+from memwright.producer import SignalProducer
+from memwright.services.ingest.app import build_app
 from memwright.settings import IngestSettings
 
 SETTINGS = IngestSettings(kafka_bootstrap="127.0.0.1:1", jwt_secret="k" * 40)
@@ -27,10 +28,10 @@ def test_ingest_imports_no_database_llm_or_vector_client() -> None:
 
 
 async def test_without_kafka_ingest_answers_503_and_validates_first() -> None:
-    keeper = ProducerKeeper(SETTINGS)  # never started: Kafka is unavailable
+    producer = SignalProducer(SETTINGS.kafka_bootstrap)  # never started: Kafka is unavailable
     token = mint(SETTINGS, "service:t", ["signals:write"])
     auth = {"Authorization": f"Bearer {token}"}
-    async with TestClient(TestServer(build_app(SETTINGS, keeper))) as client:
+    async with TestClient(TestServer(build_app(SETTINGS, producer))) as client:
         ok = {"schema_version": 1, "user_id": "u", "message_id": "m", "conversation_id": "c", "text": "hi"}
         r = await client.post("/v1/signals", json=ok, headers=auth)
         assert r.status == 503 and "Kafka" in (await r.json())["error"]

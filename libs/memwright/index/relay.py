@@ -8,13 +8,10 @@ are produced again: the changelog is at-least-once, and the indexer is idempoten
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Sequence
-
 import asyncpg
-from aiokafka import AIOKafkaProducer
 
 from memwright.events import ChangelogEvent
+from memwright.kafka import KeptProducer
 
 CLAIM_BATCH = """
 SELECT outbox_id, memory_id, user_id FROM index_outbox
@@ -31,20 +28,15 @@ SELECT count(*) AS depth, coalesce(extract(epoch FROM now() - min(created_at)), 
 """
 
 
-async def produce_all(producer: AIOKafkaProducer, topic: str, events: Sequence[ChangelogEvent]) -> None:
-    """Send the events and wait until the broker acknowledged every one (acks=all on the producer)."""
-    futures = [await producer.send(topic, key=e.memory_id.encode(), value=e.to_bytes()) for e in events]
-    await asyncio.gather(*futures)
-
-
-async def relay_once(pool: asyncpg.Pool, producer: AIOKafkaProducer, topic: str, batch: int) -> int:
-    """Relay one batch; return how many rows were sent. A failure rolls back: the rows stay."""
+async def relay_once(pool: asyncpg.Pool, producer: KeptProducer, topic: str, batch: int) -> int:
+    """Relay one batch; return how many rows were sent once the broker acknowledged all of them.
+    A failure rolls back: the rows stay (a wedged producer is replaced for the next try)."""
     async with pool.acquire() as conn, conn.transaction():
         rows = await conn.fetch(CLAIM_BATCH, batch)
         if not rows:
             return 0
         events = [ChangelogEvent(str(r["memory_id"]), r["user_id"], r["outbox_id"]) for r in rows]
-        await produce_all(producer, topic, events)
+        await producer.send_all(topic, [(e.memory_id.encode(), e.to_bytes()) for e in events])
         await conn.execute(DELETE_SENT, [r["outbox_id"] for r in rows])
     return len(rows)
 

@@ -1,0 +1,105 @@
+"""Outages are quiet and cheap: a repeating failure is one condition in the log, failed Kafka
+connection attempts back off (bounded, jittered), and aiokafka's own per-attempt lines are folded
+into the condition. (The long-outage drill bounds lines and CPU per service end to end.)"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+from aiokafka.client import AIOKafkaClient
+from memwright import kafka
+from memwright.logs import Condition
+from structlog.testing import capture_logs
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_condition_failing_for_100_s_logs_four_warnings_and_one_recovery() -> None:
+    clock = Clock()
+    condition = Condition("kafka_unreachable", every=30, clock=clock)
+    with capture_logs() as logs:
+        for _ in range(400):  # 4 attempts a second for 100 s
+            condition.failed(node="1")
+            clock.now += 0.25
+        condition.cleared()
+        condition.cleared()  # clearing twice says nothing more
+    assert [(e["event"], e["log_level"]) for e in logs] == [("kafka_unreachable", "warning")] * 4 + [
+        ("kafka_unreachable_cleared", "info")
+    ]
+    assert logs[1]["for_s"] == 30 and logs[3]["attempts"] == 361 and logs[4]["attempts"] == 400
+
+
+def test_a_condition_that_returns_after_clearing_is_reported_again() -> None:
+    clock = Clock()
+    condition = Condition("relay_failing", clock=clock)
+    with capture_logs() as logs:
+        condition.failed()
+        condition.cleared()
+        clock.now += 1
+        condition.failed()
+    assert [e["event"] for e in logs] == ["relay_failing", "relay_failing_cleared", "relay_failing"]
+
+
+def test_reconnect_delay_grows_exponentially_up_to_the_bound_with_jitter() -> None:
+    delays = [kafka.reconnect_delay(n) for n in range(1, 40)]
+    low, high = 1 - kafka.RECONNECT_JITTER, 1 + kafka.RECONNECT_JITTER
+    assert kafka.RECONNECT_BACKOFF_S * low <= delays[0] <= kafka.RECONNECT_BACKOFF_S * high
+    assert all(d <= kafka.RECONNECT_BACKOFF_MAX_S * high for d in delays)
+    assert min(delays[10:]) >= kafka.RECONNECT_BACKOFF_MAX_S * low
+    assert len({round(kafka.reconnect_delay(30), 6) for _ in range(20)}) > 1, "no jitter"
+
+
+def test_aiokafka_per_attempt_lines_are_dropped_and_its_complaints_only_during_an_outage() -> None:
+    kafka.install_reconnect_backoff()
+    seen: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    handler = Keep()
+    fetcher = logging.getLogger("aiokafka.consumer.fetcher")
+    logging.getLogger("aiokafka").addHandler(handler)  # the fetcher's records reach it too
+    try:
+        logging.getLogger("aiokafka").error("Unable connect to node with id %s: %s", 1, "refused")
+        fetcher.error("Failed fetch messages from %s: %s", 1, "NodeNotReadyError")
+        kafka.UNREACHABLE.failed(node="1")
+        fetcher.error("Failed fetch messages from %s: %s", 1, "NodeNotReadyError")
+        kafka.UNREACHABLE.cleared()
+        fetcher.error("Failed fetch messages from %s: %s", 2, "NodeNotReadyError")
+    finally:
+        logging.getLogger("aiokafka").removeHandler(handler)
+    assert seen == [
+        "Failed fetch messages from 1: NodeNotReadyError",
+        "Failed fetch messages from 2: NodeNotReadyError",
+    ]
+
+
+@pytest.mark.parametrize("attempts_without_backoff", [1000])
+async def test_failed_connection_attempts_back_off_instead_of_spinning(attempts_without_backoff: int) -> None:
+    """A node that cannot be reached (here: one missing from the metadata, which fails at once
+    like a refused connection) is retried a handful of times in 2 s, not thousands."""
+    kafka.install_reconnect_backoff()
+    client = AIOKafkaClient(bootstrap_servers="127.0.0.1:1")
+    attempts = 0
+
+    async def spin() -> None:
+        nonlocal attempts
+        while True:  # what aiokafka's sender does with an idempotent producer while Kafka is away
+            assert await client._get_conn(7) is None
+            attempts += 1
+
+    task = asyncio.create_task(spin())
+    await asyncio.sleep(2)
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    kafka.UNREACHABLE.cleared()
+    assert 1 <= attempts <= 20 < attempts_without_backoff, attempts
