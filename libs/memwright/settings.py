@@ -224,6 +224,7 @@ class ApiSettings(PostgresSettings, AuthSettings):
     user_memory_limit: int = 100  # user-written memories per user; beyond it POST answers 409
     rate_limit_per_s: float = 20.0  # requests per second per token (token bucket, per api process)
     rate_limit_burst: int = 40  # requests a token may send at once before the rate applies
+    context_cache_users: int = 2048  # rendered context blocks kept per api process (LRU, one per user); 0: none
 
     def validate(self) -> None:
         super().validate()
@@ -235,3 +236,5 @@ class ApiSettings(PostgresSettings, AuthSettings):
             raise SettingsError(f"{PREFIX}USER_MEMORY_LIMIT must be at least 1")
         if self.rate_limit_per_s <= 0 or self.rate_limit_burst < 1:
             raise SettingsError(f"{PREFIX}RATE_LIMIT_PER_S must be > 0 and {PREFIX}RATE_LIMIT_BURST at least 1")
+        if self.context_cache_users < 0:
+            raise SettingsError(f"{PREFIX}CONTEXT_CACHE_USERS must be 0 (no cache) or more")

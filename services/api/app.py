@@ -26,7 +26,7 @@ from aiohttp import web
 from memwright import logs, metrics
 from memwright.auth import AuthError, Principal, verify
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
-from memwright.services.api import context, openapi
+from memwright.services.api import context, context_cache, openapi
 from memwright.services.api.limits import RateLimiter
 from memwright.settings import ApiSettings
 from memwright.store import erasure, memories, user_writes
@@ -219,27 +219,23 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
         fmt = request.query.get("format", "json")
         if fmt not in ("json", "text"):
             raise BadRequest("format must be json or text")
-        items, list_etag = await memories.list_previews(pool, user_id)
-        etag = context.block_etag(list_etag)
-        if request.headers.get("If-None-Match") == etag:
-            return web.Response(status=304, headers={"ETag": etag})
-        block = context.render_block(user_id, items)
-        tokens = context.estimate_tokens(block)
-        headers = {"ETag": etag, "X-Token-Estimate": str(tokens)}
-        if fmt == "text":
-            return web.Response(text=block, content_type="text/plain", headers=headers)
-        path = context.memory_path(user_id)
-        return web.json_response(
-            {
-                "user_id": user_id,
-                "memory_count": len(items),
-                "block": block,
-                "token_estimate": tokens,
-                "token_estimate_method": context.TOKEN_ESTIMATE_METHOD,
-                "fetch": {"memory": path, "history": path + "/history"},
-            },
-            headers=headers,
-        )
+        if_none_match = request.headers.get("If-None-Match")
+        entry = None
+        if if_none_match or contexts.holds(user_id):
+            # the cheap check: one indexed single-row SELECT; no preview is read or rendered
+            version = await memories.memory_set_version(pool, user_id)
+            entry = contexts.get(user_id, version)
+            etag = entry.etag if entry else context_cache.etag(user_id, version)
+            if context_cache.not_modified(if_none_match, etag):
+                metrics.API_CONTEXT_READS.labels("not_modified").inc()
+                return web.Response(status=304, headers={"ETag": etag})
+        if entry is None:
+            version, items = await memories.previews_at_version(pool, user_id)  # one statement, one snapshot
+            entry = contexts.put(context_cache.render(user_id, version, items))
+            metrics.API_CONTEXT_READS.labels("miss").inc()
+        else:
+            metrics.API_CONTEXT_READS.labels("hit").inc()
+        return entry.response(fmt)
 
     async def get_memory(request: web.Request) -> web.Response:
         user_id, memory_id = request.match_info["user_id"], _memory_id(request)
@@ -349,6 +345,7 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
     ]
     app = web.Application(middlewares=[guard], client_max_size=settings.max_body_bytes)
     app[POOL] = pool
+    app[context_cache.CONTEXT_CACHE] = contexts = context_cache.ContextCache(settings.context_cache_users)
     app[ACCESS] = access
     for method, path, handler, needs in routes:
         access[handler] = needs

@@ -23,6 +23,17 @@ def preview(text: str) -> str:
 Conn: TypeAlias = asyncpg.Connection | asyncpg.Pool
 
 
+def _preview_json(r: asyncpg.Record) -> dict[str, Any]:
+    return {
+        "id": str(r["memory_id"]),
+        "preview": preview(r["text"]),
+        "author": r["author"],
+        "kind": r["kind"],
+        "version": r["version"],
+        "updated_at": r["updated_at"].isoformat(),
+    }
+
+
 async def list_previews(conn: Conn, user_id: str) -> tuple[list[dict[str, Any]], str]:
     """All of a user's memories as previews, in a stable order, and an ETag for the set."""
     rows = await conn.fetch(
@@ -30,19 +41,35 @@ async def list_previews(conn: Conn, user_id: str) -> tuple[list[dict[str, Any]],
            WHERE user_id = $1 ORDER BY created_at, memory_id""",
         user_id,
     )
-    items = [
-        {
-            "id": str(r["memory_id"]),
-            "preview": preview(r["text"]),
-            "author": r["author"],
-            "kind": r["kind"],
-            "version": r["version"],
-            "updated_at": r["updated_at"].isoformat(),
-        }
-        for r in rows
-    ]
+    items = [_preview_json(r) for r in rows]
     etag = hashlib.sha256("|".join(f"{i['id']}:{i['version']}" for i in items).encode()).hexdigest()[:32]
     return items, f'"{etag}"'
+
+
+# The memory-set version (migration 0004): a number PostgreSQL moves, at commit, on every insert,
+# update or delete of one of the user's memories (whatever the path), and never gives out twice.
+# 0 = the user never had a memory. Equal versions mean equal previews, in every api process.
+
+SET_VERSION = "SELECT version FROM memory_set_versions WHERE user_id = $1"  # primary key: one index probe
+
+PREVIEWS_AT_VERSION = """
+SELECT s.set_version, m.memory_id, m.author, m.kind, m.text, m.version, m.updated_at
+FROM (SELECT coalesce(max(version), 0) AS set_version FROM memory_set_versions WHERE user_id = $1) AS s
+LEFT JOIN memories m ON m.user_id = $1  -- tenant isolation: the user id is the key of both
+ORDER BY m.created_at, m.memory_id
+"""
+
+
+async def memory_set_version(conn: Conn, user_id: str) -> int:
+    """The user's memory-set version: the cheap check before a cached context block is used."""
+    return int(await conn.fetchval(SET_VERSION, user_id) or 0)
+
+
+async def previews_at_version(conn: Conn, user_id: str) -> tuple[int, list[dict[str, Any]]]:
+    """The memory-set version and the previews it stands for, read in ONE statement (one snapshot),
+    so a block cached under that version holds exactly those previews."""
+    rows = await conn.fetch(PREVIEWS_AT_VERSION, user_id)
+    return int(rows[0]["set_version"]), [_preview_json(r) for r in rows if r["memory_id"] is not None]
 
 
 def memory_json(row: asyncpg.Record, receipts: list[asyncpg.Record]) -> dict[str, Any]:

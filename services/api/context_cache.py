@@ -1,0 +1,119 @@
+"""The start-of-turn read, cached: each user's rendered context block (with its token estimate
+and both response bodies), kept per api process under the user's memory-set version.
+
+The version is PostgreSQL's (migration 0004, `memories.memory_set_version`): moved at commit by
+every insert, update or delete of one of the user's memories, whichever path made it, and never
+given out twice. So a cached block is used only when a one-row SELECT says its version is still
+the user's, in every api process at once, and the ETag is a function of that version alone: a
+conditional GET is answered 304 without reading or rendering a single preview.
+
+An entry is keyed by user id and checked against it (one user's block is never another's); the
+cache holds at most `capacity` users, least recently used out first.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import Any
+
+from aiohttp import web
+from memwright.services.api import context
+
+
+def etag(user_id: str, set_version: int) -> str:
+    """The context's ETag: the block's format, the user and the memory-set version (hashed, so the
+    shared counter behind the version says nothing about other users' writes)."""
+    digest = hashlib.sha256(f"{context.BLOCK_FORMAT}:{user_id}:{set_version}".encode()).hexdigest()[:32]
+    return f'"{digest}"'
+
+
+def not_modified(if_none_match: str | None, current: str) -> bool:
+    """Whether an If-None-Match header names the current ETag (a list, W/ and * as RFC 9110 says)."""
+    if not if_none_match:
+        return False
+    if if_none_match.strip() == "*":
+        return True
+    return any(tag.strip().removeprefix("W/") == current for tag in if_none_match.split(","))
+
+
+@dataclass(frozen=True)
+class RenderedContext:
+    """One user's block at one memory-set version, and both answers built from it."""
+
+    user_id: str
+    set_version: int
+    etag: str
+    memory_count: int
+    token_estimate: int
+    json_body: bytes
+    text_body: bytes
+
+    def response(self, fmt: str) -> web.Response:
+        headers = {"ETag": self.etag, "X-Token-Estimate": str(self.token_estimate)}
+        if fmt == "text":
+            return web.Response(body=self.text_body, content_type="text/plain", charset="utf-8", headers=headers)
+        return web.Response(body=self.json_body, content_type="application/json", charset="utf-8", headers=headers)
+
+
+def render(user_id: str, set_version: int, previews: list[dict[str, Any]]) -> RenderedContext:
+    """Render the block once: the text, its token estimate and the JSON answer."""
+    block = context.render_block(user_id, previews)
+    tokens = context.estimate_tokens(block)
+    path = context.memory_path(user_id)
+    document = {
+        "user_id": user_id,
+        "memory_count": len(previews),
+        "block": block,
+        "token_estimate": tokens,
+        "token_estimate_method": context.TOKEN_ESTIMATE_METHOD,
+        "fetch": {"memory": path, "history": path + "/history"},
+    }
+    return RenderedContext(
+        user_id=user_id,
+        set_version=set_version,
+        etag=etag(user_id, set_version),
+        memory_count=len(previews),
+        token_estimate=tokens,
+        json_body=json.dumps(document).encode(),
+        text_body=block.encode(),
+    )
+
+
+class ContextCache:
+    """At most `capacity` users' rendered blocks, one (the newest seen) per user, LRU."""
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries: OrderedDict[str, RenderedContext] = OrderedDict()
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def holds(self, user_id: str) -> bool:
+        return user_id in self._entries
+
+    def get(self, user_id: str, set_version: int) -> RenderedContext | None:
+        """The user's block if it was rendered at exactly this version, else None."""
+        entry = self._entries.get(user_id)
+        if entry is None or entry.user_id != user_id or entry.set_version != set_version:
+            return None
+        self._entries.move_to_end(user_id)
+        return entry
+
+    def put(self, entry: RenderedContext) -> RenderedContext:
+        if self.capacity <= 0:
+            return entry
+        held = self._entries.get(entry.user_id)
+        if held is not None and held.set_version > entry.set_version:
+            return entry  # a slower reader's older version never replaces a newer one
+        self._entries[entry.user_id] = entry
+        self._entries.move_to_end(entry.user_id)
+        while len(self._entries) > self.capacity:
+            self._entries.popitem(last=False)
+        return entry
+
+
+CONTEXT_CACHE = web.AppKey("context_cache", ContextCache)
