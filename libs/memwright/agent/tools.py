@@ -18,7 +18,7 @@ from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from memwright.agent.working import HYPOTHESES_MAX, HYPOTHESES_MAX_CHARS, WorkingMemory, hypothesis_id
-from memwright.embed import cosine, hashing_embed
+from memwright.embeddings import cosine, hashing_embed
 
 MAX_MEMORY_CHARS = 500
 Action = Literal["create", "update", "consolidate", "delete"]

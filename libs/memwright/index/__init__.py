@@ -1,2 +1,3 @@
-"""The derivative vector index (invariant 9): embedders, the Qdrant store, the outbox
-relay and the changelog applier. Everything here can be rebuilt from PostgreSQL."""
+"""The derivative vector index (invariant 9): the Qdrant store (vectors from
+memwright.embeddings), the outbox relay and the changelog applier. Everything here can be
+rebuilt from PostgreSQL."""

@@ -21,9 +21,9 @@ import asyncpg
 from prometheus_client import REGISTRY, write_to_textfile
 from qdrant_client.http.exceptions import ResponseHandlingException
 
+from memwright.embeddings import make_embedder
 from memwright.index.apply import converge
 from memwright.index.drift import KINDS, Drift, find_drift
-from memwright.index.embedders import make_embedder
 from memwright.index.rebuild import Progress, rebuild
 from memwright.index.relay import outbox_stats
 from memwright.index.vectors import QdrantUnavailable, VectorIndex, alias_target, open_client

@@ -23,9 +23,9 @@ from dataclasses import dataclass
 import asyncpg
 from qdrant_client import AsyncQdrantClient
 
+from memwright.embeddings import Embedder
 from memwright.index.apply import converge
 from memwright.index.drift import find_drift
-from memwright.index.embedders import Embedder
 from memwright.index.vectors import VectorIndex, alias_target, new_collection_name, switch_alias
 
 ROWS_PAGE = """

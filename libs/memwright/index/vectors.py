@@ -20,7 +20,7 @@ from typing import Any
 from qdrant_client import AsyncQdrantClient, models
 
 from memwright import metrics
-from memwright.index.embedders import Embedder, text_hash
+from memwright.embeddings import Embedder, text_hash
 from memwright.settings import QdrantSettings
 
 SEPARATOR = "__"  # physical collection = <alias>__<UTC timestamp>_<random>
