@@ -13,10 +13,10 @@ import structlog
 from aiokafka import AIOKafkaConsumer, ConsumerRecord, TopicPartition
 from aiokafka.errors import KafkaError
 from memwright import kafka, logs, metrics
+from memwright.embeddings import make_embedder
 from memwright.events import ChangelogEvent
 from memwright.index.apply import converge
 from memwright.index.drift import find_drift
-from memwright.embeddings import make_embedder
 from memwright.index.relay import outbox_stats, relay_once
 from memwright.index.vectors import VectorIndex, open_client
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site

@@ -15,8 +15,8 @@ from pathlib import Path
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
 from aiokafka.admin import AIOKafkaAdminClient, NewTopic
-from memwright.index.drift import find_drift
 from memwright.embeddings import CachedEmbedder, HashingEmbedder
+from memwright.index.drift import find_drift
 from memwright.index.relay import relay_once
 from memwright.index.vectors import VectorIndex
 from memwright.kafka import KeptProducer
