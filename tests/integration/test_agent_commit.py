@@ -1,16 +1,21 @@
 """A run commits everything in one transaction, or nothing (invariant 3), and the database
-itself enforces the budget (5), the append-only audit (6) and the user's memories (7)."""
+itself enforces the budget (5), the append-only audit (6) and the user's memories (7); a memory
+the user deleted is seen by the run and comes back only with new evidence (12)."""
 
 from __future__ import annotations
 
 import uuid
+from datetime import UTC, datetime
 
 import asyncpg
 import pytest
+from memwright.agent.prompts import render_context
 from memwright.agent.rules import RulesPolicy
-from memwright.agent.run import run_agent, start_run
+from memwright.agent.run import load_snapshot, run_agent, start_run
 from memwright.agent.tools import MemoryTools, Message
-from memwright.store import leases
+from memwright.agent.working import WorkingMemory
+from memwright.store import leases, user_writes
+from memwright.store.leases import Lease
 
 from tests.integration.helpers import sweep
 
@@ -116,3 +121,63 @@ async def test_the_configured_budget_applies_to_users_without_their_own(db: asyn
         lease = await leases.claim_next(conn, "t", 60, default_budget=1)
         assert lease is not None and lease.budget == 5
         await leases.release(conn, lease)
+
+
+# ---- deleted stays deleted (invariant 12) ------------------------------------------------
+
+
+async def _memories(db: asyncpg.Pool) -> list[asyncpg.Record]:
+    return list(
+        await db.fetch(
+            """SELECT m.memory_id, m.text, array_agg(e.message_id ORDER BY e.message_id) AS evidence
+               FROM memories m JOIN memory_evidence e USING (memory_id) GROUP BY m.memory_id"""
+        )
+    )
+
+
+async def test_a_memory_the_user_deleted_comes_back_only_with_a_message_from_a_later_conversation(
+    db: asyncpg.Pool,
+) -> None:
+    # a weak signal in two conversations graduates to a memory, then the user deletes it (the api's path)
+    [m1] = await sweep(db, "alice", "I'm really into bouldering, it's how I unwind.", conv="c1", ago=7200)
+    await _run(db, RulesPolicy())
+    [m2] = await sweep(db, "alice", "I love bouldering even though my arms hurt.", conv="c2", ago=3600)
+    await _run(db, RulesPolicy())
+    [inferred] = await _memories(db)
+    assert "bouldering" in inferred["text"] and list(inferred["evidence"]) == [m1, m2]
+    async with db.acquire() as conn:
+        await user_writes.delete(conn, "alice", inferred["memory_id"], None, "alice", "not true")
+
+    # the run sees it, with its evidence and conversations, and so does the llm policy's context
+    async with db.acquire() as conn:
+        lease = await leases.claim_next(conn, "t", 60)
+        assert lease is None  # nothing new to curate: the deletion alone starts no run
+        watermark = await conn.fetchval("SELECT watermark FROM agents WHERE user_id = 'alice'")
+        snapshot = await load_snapshot(conn, Lease("alice", "t", 0, watermark, 40))
+    [gone] = snapshot.deleted
+    assert (gone.memory_id, gone.text, gone.evidence) == (str(inferred["memory_id"]), inferred["text"], (m1, m2))
+    assert gone.conversations == {"c1", "c2"}
+    tools = MemoryTools("alice", snapshot.memories, snapshot.shown, 40, snapshot.working, snapshot.deleted)
+    context = render_context(tools, snapshot.new_messages)
+    assert "## Memories the user deleted" in context and f"{gone.memory_id} deleted by the user" in context
+    assert f"its evidence: {m1}, {m2}" in context
+
+    # a re-run over the same old messages does not bring it back
+    await db.execute("UPDATE agents SET watermark = 0 WHERE user_id = 'alice'")
+    await db.execute("INSERT INTO backlog (user_id, waiting_since) VALUES ('alice', now())")
+    await _run(db, RulesPolicy())
+    assert await _memories(db) == []
+    # nor does a hypothesis still holding them (as a policy that did not drop it would), in the next run
+    working = WorkingMemory()
+    for mid, conv in ((m1, "c1"), (m2, "c2")):
+        working.note("User likes bouldering", conv, mid, datetime.now(UTC).isoformat())
+    await db.execute("UPDATE agent_state SET hypotheses = $1 WHERE user_id = 'alice'", working.hypotheses_json())
+    await sweep(db, "alice", "What's a good name for a cat?", conv="c3")
+    await _run(db, RulesPolicy())
+    assert await _memories(db) == []
+
+    # a new message in a later conversation does
+    [m4] = await sweep(db, "alice", "I'm really into bouldering these days.", conv="c4")
+    await _run(db, RulesPolicy())
+    [back] = await _memories(db)
+    assert "bouldering" in back["text"] and m4 in back["evidence"]

@@ -8,17 +8,18 @@ import asyncio
 import contextlib
 import uuid
 from collections.abc import Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import asyncpg
 
-from memwright.agent.tools import Change, Memory, MemoryTools, Message
+from memwright.agent.tools import Change, DeletedMemory, Memory, MemoryTools, Message
 from memwright.agent.working import WorkingMemory
 from memwright.store.leases import Lease
 
 MAX_MESSAGES_PER_RUN = 200
+MAX_DELETED_SHOWN = 200  # the user's latest deletions the run knows of (invariant 12)
 
 
 class Policy(Protocol):
@@ -42,10 +43,28 @@ class Snapshot:
     shown: dict[str, Message]
     working: WorkingMemory
     new_watermark: int
+    deleted: list[DeletedMemory] = field(default_factory=list)
 
 
 def _message(row: asyncpg.Record) -> Message:
     return Message(row["message_id"], row["conversation_id"], row["text"], row["role"], row["accepted_at"], row["seq"])
+
+
+# invariant 12: the agent-written memories the user deleted, with the receipts they had
+USER_DELETED = """
+SELECT d.memory_id, d.before->>'text' AS text, d.at,
+       coalesce(array_agg(e.message_id ORDER BY e.message_id) FILTER (WHERE e.message_id IS NOT NULL), '{}')
+           AS evidence,
+       coalesce(array_agg(DISTINCT m.conversation_id) FILTER (WHERE m.conversation_id IS NOT NULL), '{}')
+           AS conversations
+FROM (SELECT audit_id, memory_id, before, at FROM memory_audit
+      WHERE user_id = $1 AND action = 'delete' AND actor = 'user' AND before->>'author' = 'agent'
+      ORDER BY audit_id DESC LIMIT $2) d
+LEFT JOIN memory_evidence e ON e.user_id = $1 AND e.memory_id = d.memory_id
+LEFT JOIN messages m ON m.user_id = e.user_id AND m.message_id = e.message_id
+GROUP BY d.audit_id, d.memory_id, d.before, d.at
+ORDER BY d.audit_id
+"""
 
 
 async def load_snapshot(conn: asyncpg.Connection, lease: Lease) -> Snapshot:
@@ -86,7 +105,11 @@ async def load_snapshot(conn: asyncpg.Connection, lease: Lease) -> Snapshot:
     ):
         shown.setdefault(r["message_id"], _message(r))
     watermark = max((m.seq for m in new_messages), default=lease.watermark)
-    return Snapshot(memories, new_messages, shown, working, watermark)
+    deleted = [
+        DeletedMemory(str(r["memory_id"]), r["text"], tuple(r["evidence"]), frozenset(r["conversations"]), r["at"])
+        for r in await conn.fetch(USER_DELETED, lease.user_id, MAX_DELETED_SHOWN)
+    ]
+    return Snapshot(memories, new_messages, shown, working, watermark, deleted)
 
 
 async def _unless_lost(work: Coroutine[Any, Any, list[str]], lease_lost: asyncio.Event | None) -> list[str]:
@@ -255,7 +278,9 @@ async def run_agent(
     `lease_lost` (set by the curator's heartbeat) stops the policy at once with Fenced: its commit
     would be refused anyway, and an LLM policy would go on paying for completions until then."""
     snapshot = await load_snapshot(conn, lease)
-    tools = MemoryTools(lease.user_id, snapshot.memories, snapshot.shown, lease.budget, snapshot.working)
+    tools = MemoryTools(
+        lease.user_id, snapshot.memories, snapshot.shown, lease.budget, snapshot.working, snapshot.deleted
+    )
     results = await _unless_lost(policy.run(tools, snapshot.new_messages), lease_lost)
     tools.working.record(
         {

@@ -8,6 +8,10 @@ Invariants enforced here (and again in PostgreSQL):
   5  budget: create is refused at the cap, with the agent's options spelled out
   6  receipts: create/update/consolidate must cite messages of this user shown to the agent
   7  protection: memories written by the user cannot be updated, consolidated or deleted
+ 11  data, never instructions: no text that holds a secret, tells the assistant how to treat its
+     rules or claims authority becomes a memory or a hypothesis (guard.py says which)
+ 12  deleted stays deleted: a memory the user deleted is not written again from the evidence it
+     had; only a message from a later conversation, after the deletion, can bring it back
 """
 
 from __future__ import annotations
@@ -17,10 +21,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
+from memwright import metrics
+from memwright.agent import guard
 from memwright.agent.working import HYPOTHESES_MAX, HYPOTHESES_MAX_CHARS, WorkingMemory, hypothesis_id
 from memwright.embeddings import cosine, hashing_embed
 
 MAX_MEMORY_CHARS = 500
+NEAR_DELETED = 0.75  # similarity at which a text says again what a deleted memory said
 Action = Literal["create", "update", "consolidate", "delete"]
 
 
@@ -47,6 +54,29 @@ class Memory:
         return {"text": self.text, "version": self.version, "author": self.author, "kind": self.kind}
 
 
+@dataclass(frozen=True)
+class DeletedMemory:
+    """An agent-written memory the user deleted (invariant 12): what it said, the messages it
+    was inferred from (its receipts outlive it), their conversations, and when it went."""
+
+    memory_id: str
+    text: str
+    evidence: tuple[str, ...]
+    conversations: frozenset[str]
+    deleted_at: datetime
+
+    def is_new_evidence(self, message: Message) -> bool:
+        """A message from a later conversation: sent after the deletion, in none of the
+        conversations the deleted memory was inferred from."""
+        return message.accepted_at > self.deleted_at and message.conversation_id not in self.conversations
+
+    def describe(self) -> str:
+        return (
+            f"{self.memory_id} deleted by the user on {self.deleted_at:%Y-%m-%d %H:%M} UTC: {self.text} "
+            f"(its evidence: {', '.join(self.evidence) or 'none'})"
+        )
+
+
 @dataclass
 class Change:
     action: Action
@@ -66,12 +96,14 @@ class MemoryTools:
         shown: dict[str, Message],
         budget: int,
         working: WorkingMemory,
+        deleted: list[DeletedMemory] | None = None,
     ) -> None:
         self.user_id = user_id
         self.memories: dict[str, Memory] = {m.memory_id: m for m in memories}
         self.shown = shown  # message_id -> Message: everything the agent has been shown this run
         self.budget = budget
         self.working = working
+        self.deleted = list(deleted or [])  # memories the user deleted: not to come back from old evidence
         self.changes: list[Change] = []
         self.refusals: list[tuple[str, str]] = []  # (tool, reason), for metrics and the transcript
         self.budget_refusals = 0
@@ -109,7 +141,7 @@ class MemoryTools:
 
     # ---- changing ----------------------------------------------------------------------
     def create_memory(self, text: str, evidence: list[str], kind: str = "preference") -> str:
-        problem = self._check_text(text) or self._check_evidence(evidence)
+        problem = self._check_text(text) or self._check_evidence(evidence) or self._check_not_deleted(text, evidence)
         if problem:
             return self._refuse("create_memory", problem)
         if self.agent_memory_count() >= self.budget:
@@ -129,6 +161,7 @@ class MemoryTools:
             or self._check_agent_owned(memory_id, "update")
             or self._check_text(text)
             or self._check_evidence(evidence)
+            or self._check_not_deleted(text, evidence)
         )
         if problem or m is None:
             return self._refuse("update_memory", problem or "unknown memory")
@@ -147,7 +180,7 @@ class MemoryTools:
             problem = self._check_exists(mid) or self._check_agent_owned(mid, "consolidate")
             if problem:
                 return self._refuse("consolidate_memories", problem)
-        problem = self._check_text(text) or self._check_evidence(evidence)
+        problem = self._check_text(text) or self._check_evidence(evidence) or self._check_not_deleted(text, evidence)
         if problem:
             return self._refuse("consolidate_memories", problem)
         sources = [self.memories.pop(mid) for mid in ids]
@@ -178,7 +211,11 @@ class MemoryTools:
         return f"Deleted memory {memory_id}."
 
     def note_hypothesis(self, statement: str, evidence: list[str]) -> str:
-        problem = self._check_text(statement) or self._check_evidence(evidence)
+        problem = (
+            self._check_text(statement)
+            or self._check_evidence(evidence)
+            or self._check_not_deleted(statement, evidence)
+        )
         if not problem:
             problem = self._check_hypothesis_room(statement, evidence)
         if problem:
@@ -245,6 +282,33 @@ class MemoryTools:
             return "The text is empty."
         if len(text) > MAX_MEMORY_CHARS:
             return f"The text is {len(text)} characters; keep a memory under {MAX_MEMORY_CHARS}."
+        verdict = guard.check(text)  # invariant 11: a memory is data, never an instruction
+        if verdict is not None:
+            metrics.CURATOR_GUARD_REFUSALS.labels(verdict.kind).inc()
+            return f"This cannot be remembered: {verdict.reason}. Leave it out; do not rephrase it."
+        return None
+
+    def _check_not_deleted(self, text: str, evidence: list[str]) -> str | None:
+        """Invariant 12: the user deleted a memory, so neither its evidence alone nor its text
+        without a message from a later conversation may write it again."""
+        cited = [self.shown[e] for e in evidence]
+        for d in self.deleted:
+            if any(d.is_new_evidence(m) for m in cited):
+                continue
+            gone = f'memory {d.memory_id} ("{d.text}")'
+            when = f"{d.deleted_at:%Y-%m-%d %H:%M} UTC"
+            if set(evidence) <= set(d.evidence):
+                why = f"Messages {', '.join(evidence)} were the evidence of {gone}, which the user deleted on {when}"
+            elif cosine(hashing_embed(text), hashing_embed(d.text)) >= NEAR_DELETED:
+                why = f"This says again what {gone} said before the user deleted it on {when}"
+            else:
+                continue
+            metrics.CURATOR_GUARD_REFUSALS.labels("deleted").inc()
+            return (
+                f"{why}. A memory the user deleted is not written again from the messages it came from; only "
+                "a new message in a later conversation can bring it back, and none is cited. Leave it (and drop "
+                "a hypothesis that only holds those messages)."
+            )
         return None
 
     def _check_evidence(self, evidence: list[str]) -> str | None:

@@ -5,7 +5,8 @@ Each change is one transaction that writes the memory, its audit row (actor 'use
 token's subject as principal) and an index_outbox row, so the indexer follows (invariant 9),
 exactly like an agent run does (agent/run.py). A user-written memory changes only in a
 transaction that did SET LOCAL memwright.actor = 'user' (invariant 7, enforced by the
-memories_protect_user trigger); the agent's transactions never do.
+memories_protect_user trigger); the agent's transactions never do. A memory the user writes
+passes the same guard as the agent's (invariant 11, agent/guard.py): refused with 400 and why.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from typing import Any
 
 import asyncpg
 
+from memwright.agent import guard
 from memwright.store.memories import memory_json
 
 
@@ -69,6 +71,14 @@ def _memory(row: asyncpg.Record) -> dict[str, Any]:
     return memory_json(row, [])  # a memory the user writes has no receipts: the user is its source
 
 
+def _check_text(text: str) -> None:
+    """Invariant 11: no memory holds a secret, an instruction about the assistant's rules or a
+    claim of authority, whoever writes it."""
+    verdict = guard.check(text)
+    if verdict is not None:
+        raise WriteRefused(400, f"this memory is refused: {verdict.reason}")
+
+
 async def _current(
     conn: asyncpg.Connection, user_id: str, memory_id: uuid.UUID, expected_version: int | None
 ) -> asyncpg.Record:
@@ -85,7 +95,9 @@ async def _current(
 async def create(
     conn: asyncpg.Connection, user_id: str, text: str, kind: str, principal: str, reason: str, limit: int
 ) -> dict[str, Any]:
-    """A new memory written by the user; refused (409) beyond `limit` user-written memories."""
+    """A new memory written by the user; refused (400) by the guard, (409) beyond `limit`
+    user-written memories."""
+    _check_text(text)
     memory_id = uuid.uuid4()
     async with conn.transaction():
         await conn.execute(ACT_FOR_USER)
@@ -110,7 +122,9 @@ async def update(
     reason: str,
 ) -> dict[str, Any]:
     """Edit a memory the user wrote. A memory the agent wrote is refused (409): the user may
-    delete it, or write their own."""
+    delete it, or write their own. New text passes the guard (400)."""
+    if text is not None:
+        _check_text(text)
     async with conn.transaction():
         await conn.execute(ACT_FOR_USER)
         current = await _current(conn, user_id, memory_id, expected_version)
