@@ -130,6 +130,17 @@ async def _print_memories(pool: asyncpg.Pool, users: list[str]) -> int:
     return total
 
 
+async def _record_store(dsn: str, store: Path) -> None:
+    """Keep the store's path with the database, so `memwright index check --demo` pairs this
+    database with this store and never with another demo's (memwright.index.admin.demo_store)."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        comment = json.dumps({"qdrant_path": str(store)}).replace("'", "''")
+        await conn.execute(f"COMMENT ON DATABASE \"{DEMO_DB}\" IS '{comment}'")
+    finally:
+        await conn.close()
+
+
 async def run_demo(window_seconds: float = 3.0, timeout: float = 180.0) -> int:
     kafka = KafkaSettings.from_env()
     admin_dsn = os.environ.get("MEMWRIGHT_PG_DSN")
@@ -140,13 +151,15 @@ async def run_demo(window_seconds: float = 3.0, timeout: float = 180.0) -> int:
     _say("== memwright demo ==")
     _say(f"preparing a fresh database '{DEMO_DB}' and the Kafka topics")
     dsn = await create_database(admin_dsn, DEMO_DB, replace=True)
+    store = (local / f"qdrant-{int(time.time())}").resolve()
+    await _record_store(dsn, store)
     await ensure_topics(kafka)
     secret = secrets.token_hex(32)
     env = {
         "MEMWRIGHT_PG_DSN": dsn,
         "MEMWRIGHT_JWT_SECRET": secret,
         "MEMWRIGHT_WINDOW_SECONDS": str(window_seconds),
-        "MEMWRIGHT_QDRANT_PATH": str(local / f"qdrant-{int(time.time())}"),
+        "MEMWRIGHT_QDRANT_PATH": str(store),
         "MEMWRIGHT_SWEEPER_DATA_DIR": str(local / "sweeper"),
         "MEMWRIGHT_POLL_SECONDS": "0.5",
     }

@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import sys
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -43,8 +42,8 @@ def _parser(command: str) -> argparse.ArgumentParser:
     p.add_argument(
         "--demo",
         action="store_true",
-        help=f"use what `make demo` left: database {DEMO_DB} on MEMWRIGHT_PG_DSN's server and the newest "
-        "$MEMWRIGHT_LOCAL_DIR/demo/qdrant-* store (MEMWRIGHT_LOCAL_DIR defaults to .local)",
+        help=f"use what `make demo` left: database {DEMO_DB} on MEMWRIGHT_PG_DSN's server and the Qdrant store "
+        "that demo recorded in it",
     )
     if command == "rebuild":
         p.description = (
@@ -79,14 +78,33 @@ def _settings(demo: bool) -> IndexToolSettings:
     settings: IndexToolSettings = IndexToolSettings.from_env()
     if not demo:
         return settings
-    stores = sorted(
-        (Path(os.environ.get("MEMWRIGHT_LOCAL_DIR", ".local")) / "demo").glob("qdrant-*"),
-        key=lambda p: int(p.name.removeprefix("qdrant-")) if p.name.removeprefix("qdrant-").isdigit() else 0,
-    )
-    if not stores:
-        raise ValueError("no demo Qdrant store under $MEMWRIGHT_LOCAL_DIR/demo (default .local/demo); run `make demo`")
     dsn = settings.pg_dsn.rsplit("/", 1)[0] + "/" + DEMO_DB
-    return replace(settings, pg_dsn=dsn, qdrant_path=str(stores[-1]), qdrant_url="")
+    return replace(settings, pg_dsn=dsn, qdrant_path=_existing(asyncio.run(demo_store(dsn))), qdrant_url="")
+
+
+async def demo_store(dsn: str) -> str:
+    """The Qdrant store of the demo that made the demo database (recorded with it by `memwright
+    demo`): never another run's store, which would report drift that is not there."""
+    conn = await asyncpg.connect(dsn)
+    try:
+        comment = await conn.fetchval(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database WHERE datname = $1", DEMO_DB
+        )
+    finally:
+        await conn.close()
+    store = json.loads(comment or "{}").get("qdrant_path")
+    if not store:
+        raise ValueError(f"database {DEMO_DB} does not say which Qdrant store is its own; run `make demo`")
+    return store
+
+
+def _existing(store: str) -> str:
+    if not Path(store).is_dir():
+        raise ValueError(
+            f"the demo that made database {DEMO_DB} kept its Qdrant store in {store}, which is gone "
+            "(a test run's demo, or .local removed); run `make demo` again"
+        )
+    return store
 
 
 def _say(line: str = "", err: bool = False) -> None:
