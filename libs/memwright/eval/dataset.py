@@ -7,10 +7,12 @@
                 "forget":   [{"message_ids": ["m4"]}],
                 "update":   [{"id": "p2", "old_evidence": ["m2"], "new_evidence": ["m12"],
                               "must_contain_any": ["tea"], "must_not_contain": ["coffee"]}]},
-     "budget": 40}
+     "budget": 40,
+     "category": "explicit"}
 
-A message may carry "role": "assistant" (default "user"). `budget` is optional. Loading checks
-that every id the expectations cite is a message of that user, so a typo fails loudly.
+A message may carry "role": "assistant" (default "user"). `budget` is optional. `category` is
+optional (one of CATEGORIES; the report groups users by it). Loading checks that every id the
+expectations cite is a message of that user, so a typo fails loudly.
 """
 
 from __future__ import annotations
@@ -22,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DATASET = "memories.jsonl"
+
+# What a user's case is mainly about (docs/quality.md says what each means).
+CATEGORIES = ("explicit", "repeated_weak", "single_weak", "one_off", "update", "budget", "poisoning")
 
 
 class DatasetError(ValueError):
@@ -66,6 +71,7 @@ class UserCase:
     forget: list[list[str]] = field(default_factory=list)
     update: list[Update] = field(default_factory=list)
     budget: int | None = None
+    category: str | None = None
 
     @property
     def message_ids(self) -> set[str]:
@@ -126,7 +132,10 @@ def parse_user(obj: Any, where: str = "user") -> UserCase:
     budget = obj.get("budget")
     if budget is not None and (not isinstance(budget, int) or budget < 1):
         raise DatasetError(f"{where}: budget must be a positive integer, got {budget!r}")
-    case = UserCase(user_id, conversations, remember, forget, update, budget)
+    category = obj.get("category")
+    if category is not None and category not in CATEGORIES:
+        raise DatasetError(f"{where}: category must be one of {', '.join(CATEGORIES)}, got {category!r}")
+    case = UserCase(user_id, conversations, remember, forget, update, budget, category)
     _check_ids(case, where)
     return case
 
