@@ -2,7 +2,8 @@
 
 Windows are aligned to multiples of the window size; a window closes when the
 wall clock passes its end (not when a later record happens to arrive), so a
-user's last signals are swept even if the topic goes quiet.
+user's last signals are swept even if the topic goes quiet. A window whose write
+failed waits until its `retry_at` without holding back any other user's window.
 """
 
 from __future__ import annotations
@@ -20,7 +21,25 @@ class Window:
     start: float
     end: float
     signals: list[Signal] = field(default_factory=list)
-    receipts: list[Any] = field(default_factory=list)  # whatever the caller acks after the write
+    receipts: list[Any] = field(default_factory=list)  # whatever the caller acks after the write, one per signal
+    failures: int = 0  # failed writes in a row, of any kind (sets the backoff)
+    attempts: int = 0  # failed writes that count towards the bound (not "PostgreSQL unavailable")
+    retry_at: float = 0.0  # not due again before this time
+    last_error: str = ""
+
+    def rest(self, first: int) -> Window:
+        """The signals from index `first` on, as a window with the same times and failure record."""
+        return Window(
+            self.user_id,
+            self.start,
+            self.end,
+            self.signals[first:],
+            self.receipts[first:],
+            self.failures,
+            self.attempts,
+            self.retry_at,
+            self.last_error,
+        )
 
 
 class WindowBuffer:
@@ -37,8 +56,8 @@ class WindowBuffer:
         window.receipts.append(receipt)
 
     def due(self, now: float) -> list[Window]:
-        """Windows whose end has passed, oldest first."""
-        return sorted((w for w in self.open.values() if w.end <= now), key=lambda w: w.end)
+        """Windows whose end has passed and that are not waiting to retry, oldest first."""
+        return sorted((w for w in self.open.values() if w.end <= now and w.retry_at <= now), key=lambda w: w.end)
 
     def detach(self, window: Window) -> None:
         """Take a window out before writing it: signals that arrive during the write open a new one."""
@@ -52,6 +71,10 @@ class WindowBuffer:
             window.signals += newer.signals
             window.receipts += newer.receipts
         self.open[window.user_id] = window
+
+    def oldest_closed_end(self, now: float) -> float | None:
+        """The end of the oldest window that has closed and is still here (unwritten), or None."""
+        return min((w.end for w in self.open.values() if w.end <= now), default=None)
 
     def all(self) -> list[Window]:
         return list(self.open.values())

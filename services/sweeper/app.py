@@ -1,97 +1,39 @@
-"""sweeper: a faust-streaming app that batches each user's signals in a tumbling window
-and, when the window closes, writes its messages and the user's backlog row in one
-PostgreSQL transaction. Malformed records go to the dead-letter topic with the reason.
+"""sweeper: a faust-streaming shell around memwright.sweeping.Sweeper, which batches each user's
+signals in a tumbling window and, when the window closes, writes its messages and the user's
+backlog row in one PostgreSQL transaction. Malformed records, and signals PostgreSQL refuses to
+store, go to the dead-letter topic with the reason.
 
-Offsets are acknowledged only after the window's transaction committed (manual acks),
-so a crash re-delivers the unswept signals; the write is idempotent on message id.
+Offsets are acknowledged only after the window's transaction committed (manual acks), or after
+the record is in the dead-letter topic, so a crash re-delivers the unswept signals; the write is
+idempotent on message id. SIGTERM stops the worker within STOP_DEADLINE_SECONDS.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
+import os
+import threading
 import time
+from collections.abc import Awaitable
 from datetime import UTC, datetime
 from typing import Any
 
-import asyncpg
 import faust
 import structlog
-from memwright import logs, metrics
+from memwright import kafka, logs, metrics
 from memwright.events import InvalidSignal, decode_signal
 from memwright.ops import Readiness, ops_app, start_site
 from memwright.settings import SweeperSettings
-from memwright.store.db import create_pool
-from memwright.store.sweeps import write_window
-from memwright.windows import Window, WindowBuffer
+from memwright.sweeping import DRAIN_SECONDS, Sweeper, dead_letter_record, describe
+from memwright.sweeping import reason_label as _reason_label
+
+__all__ = ["Sweeper", "_reason_label", "build_app", "main"]
 
 log = structlog.get_logger()
 TICK_SECONDS = 0.25
-
-
-def dead_letter(reason: str, key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int) -> bytes:
-    def text(raw: bytes | None) -> Any:
-        if raw is None:
-            return None
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            return {"base64": base64.b64encode(raw).decode()}
-
-    return json.dumps(
-        {
-            "reason": reason,
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "key": text(key),
-            "value": text(value),
-            "failed_at": datetime.now(UTC).isoformat(),
-        }
-    ).encode()
-
-
-class Sweeper:
-    def __init__(self, settings: SweeperSettings) -> None:
-        self.settings = settings
-        self.buffer = WindowBuffer(settings.window_seconds)
-        self._pool: asyncpg.Pool | None = None
-        self._pool_lock = asyncio.Lock()
-
-    async def pool(self) -> asyncpg.Pool:
-        async with self._pool_lock:
-            if self._pool is None:
-                self._pool = await create_pool(self.settings.pg_dsn, 1, self.settings.pg_pool_max)
-            return self._pool
-
-    async def flush(self, window: Window) -> None:
-        started = time.monotonic()
-        self.buffer.detach(window)  # signals arriving during the write belong to the next window
-        try:
-            pool = await self.pool()
-            async with pool.acquire() as conn:
-                new = await write_window(conn, window.user_id, window.signals)
-        except BaseException:
-            self.buffer.restore(window)  # nothing acked: retried on the next tick
-            raise
-        for event in window.receipts:
-            event.ack()  # only now may the offset be committed
-        metrics.SWEEPER_WINDOWS.inc()
-        metrics.SWEEPER_SIGNALS.inc(new)
-        metrics.SWEEPER_DUPLICATES.inc(len(window.signals) - new)
-        metrics.SWEEPER_FLUSH_SECONDS.observe(time.monotonic() - started)
-        log.info("window_closed", user_id=window.user_id, signals=len(window.signals), new=new)
-
-    async def flush_due(self, now: float) -> None:
-        for window in self.buffer.due(now):
-            try:
-                await self.flush(window)
-            except Exception as exc:
-                # the window and its unacked offsets are kept; retry on the next tick
-                log.warning("window_write_failed", user_id=window.user_id, error=repr(exc))
-                return
-        metrics.SWEEPER_OPEN_WINDOWS.set(len(self.buffer.open))
+# SIGTERM: Sweeper.stop drains for DRAIN_SECONDS, then faust leaves the group and commits; if
+# anything hangs past this, the process exits anyway (what is unacked is delivered again).
+STOP_DEADLINE_SECONDS = DRAIN_SECONDS + 15.0
 
 
 def build_app(settings: SweeperSettings) -> faust.App:
@@ -106,14 +48,26 @@ def build_app(settings: SweeperSettings) -> faust.App:
         producer_acks=-1,
         key_serializer="raw",
         value_serializer="raw",
+        # Shutdown and rebalances do not wait until every consumed signal is acked (a window may be
+        # a minute long, or unwritable while PostgreSQL is down): unacked signals are delivered again.
+        stream_wait_empty=False,
     )
-    sweeper = Sweeper(settings)
     signals = app.topic(settings.topic_signals, key_type=bytes, value_type=bytes)
     dlq = app.topic(settings.topic_dlq, key_type=bytes, value_type=bytes)
+
+    async def dead_letter(event: Any, reason: str) -> None:
+        msg = event.message
+        record = dead_letter_record(reason, event.key, event.value, msg.topic, msg.partition, msg.offset)
+        fut = await dlq.send(key=event.key, value=record)
+        await fut  # the DLQ record is acknowledged before the bad record's offset moves on
+
+    sweeper = Sweeper(settings, dead_letter)
     readiness = Readiness()
     readiness.add("postgres", lambda: _pg_ok(sweeper))
     started = asyncio.Event()  # set once the worker is running and consuming
     readiness.add("kafka", started.is_set)
+    readiness.add("windows_written", lambda: sweeper.ready(time.time()))
+    metrics.SWEEPER_OLDEST_UNWRITTEN.set_function(lambda: sweeper.oldest_unwritten_seconds(time.time()))
 
     @app.agent(signals)
     async def sweep(stream: Any) -> None:  # a faust.Stream; its stubs lack noack()
@@ -123,19 +77,16 @@ def build_app(settings: SweeperSettings) -> faust.App:
                 signal = decode_signal(event.value)
                 if event.key is not None and event.key != signal.user_id.encode():
                     raise InvalidSignal(f"record key {event.key!r} does not match user_id {signal.user_id!r}")
-            except InvalidSignal as exc:
-                fut = await dlq.send(
-                    key=event.key,
-                    value=dead_letter(exc.reason, event.key, event.value, msg.topic, msg.partition, msg.offset),
-                )
-                await fut  # the DLQ record is acknowledged before the bad record's offset moves on
+            except Exception as exc:  # InvalidSignal, or anything else a record can provoke: never stop here
+                reason = exc.reason if isinstance(exc, InvalidSignal) else f"unreadable record: {describe(exc)}"
+                await dead_letter(event, reason)
                 event.ack()
-                metrics.SWEEPER_DLQ.labels(_reason_label(exc.reason)).inc()
-                log.warning("dead_lettered", reason=exc.reason, partition=msg.partition, offset=msg.offset)
+                metrics.SWEEPER_DLQ.labels(_reason_label(reason)).inc()
+                log.warning("dead_lettered", reason=reason, partition=msg.partition, offset=msg.offset)
                 continue
             if signal.accepted_at is None:
                 signal = signal.accepted(datetime.fromtimestamp(msg.timestamp, UTC))
-            sweeper.buffer.add(signal, event, time.time())
+            sweeper.add(signal, event, time.time())
 
     @app.timer(interval=TICK_SECONDS)
     async def close_windows() -> None:
@@ -147,6 +98,11 @@ def build_app(settings: SweeperSettings) -> faust.App:
         started.set()
         log.info("sweeper_started", window_seconds=settings.window_seconds)
 
+    def drain(_: Any, *args: Any, signal: Any, **kwargs: Any) -> Awaitable[None]:
+        return sweeper.stop()  # awaited by faust: the consumer is paused by now, the producer still up
+
+    app.on_before_shutdown.connect(drain)  # type: ignore[arg-type]  # mode types the handler too narrowly
+
     app.sweeper = sweeper  # type: ignore[attr-defined]
     return app
 
@@ -156,17 +112,25 @@ async def _pg_ok(sweeper: Sweeper) -> bool:
     return bool(await pool.fetchval("SELECT true"))
 
 
-def _reason_label(reason: str) -> str:
-    """A bounded label for the DLQ metric (the full reason is in the DLQ record)."""
-    for label in ("not JSON", "no value", "schema_version", "key", "text", "required", "too long"):
-        if label in reason:
-            return label.replace(" ", "_").lower()
-    return "schema"
+class _Worker(faust.Worker):
+    """faust's worker, with a deadline on stopping: past it the process exits (code 1) whatever hangs."""
+
+    async def on_stop(self) -> None:
+        watchdog = threading.Timer(STOP_DEADLINE_SECONDS, _exit_now)
+        watchdog.daemon = True
+        watchdog.start()
+        await super().on_stop()
+
+
+def _exit_now() -> None:
+    log.error("sweeper_stop_deadline_passed", seconds=STOP_DEADLINE_SECONDS)
+    os._exit(1)
 
 
 def main() -> None:
     settings = SweeperSettings.from_env()
     logs.configure("sweeper", settings.log_level, settings.log_json)
+    kafka.install_reconnect_backoff()  # faust's aiokafka clients too: quiet, cheap outages
     app = build_app(settings)
-    worker = faust.Worker(app, loglevel=settings.log_level.upper(), quiet=True)
+    worker = _Worker(app, loglevel=settings.log_level.upper(), quiet=True)
     worker.execute_from_commandline()

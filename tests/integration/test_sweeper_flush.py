@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 import asyncpg
-from memwright.services.sweeper.app import Sweeper
 from memwright.settings import SweeperSettings
+from memwright.sweeping import Sweeper
 
 from tests.integration.helpers import sig
 
@@ -22,10 +22,14 @@ class Receipt:
         self.acked = True
 
 
+async def no_dead_letters(receipt: object, reason: str) -> None:
+    raise AssertionError(f"nothing here may be dead-lettered: {reason}")
+
+
 async def test_a_signal_arriving_during_its_windows_write_waits_for_the_next_window(
     db: asyncpg.Pool, pg_dsn: str
 ) -> None:
-    sweeper = Sweeper(SweeperSettings(pg_dsn=pg_dsn, kafka_bootstrap="unused:9092", window_seconds=1))
+    sweeper = Sweeper(SweeperSettings(pg_dsn=pg_dsn, kafka_bootstrap="unused:9092", window_seconds=1), no_dead_letters)
     first, late = Receipt(), Receipt()
     sweeper.buffer.add(sig("alice", "m1", "hello"), first, now=0.5)
     await db.execute("INSERT INTO agents (user_id) VALUES ('alice')")

@@ -40,3 +40,28 @@ def test_a_failed_write_puts_its_window_back_ahead_of_newer_signals() -> None:
     buf.restore(w)
     [back] = buf.due(5)
     assert back.start == 0 and [m.message_id for m in back.signals] == ["1", "2"] and back.receipts == ["r1", "r2"]
+
+
+def test_a_window_waiting_to_retry_is_not_due_and_does_not_hold_back_later_windows() -> None:
+    buf = WindowBuffer(1)
+    buf.add(s("a", "1"), "r1", now=0.2)
+    buf.add(s("b", "2"), "r2", now=1.2)
+    [wa, wb] = buf.due(5)
+    assert (wa.user_id, wb.user_id) == ("a", "b")
+    buf.detach(wa)
+    wa.retry_at = 7.5
+    buf.restore(wa)
+    assert [w.user_id for w in buf.due(5)] == ["b"]
+    assert [w.user_id for w in buf.due(7.5)] == ["a", "b"]
+    assert buf.oldest_closed_end(5) == 1, "still the oldest unwritten window while it waits"
+
+
+def test_the_rest_of_a_window_keeps_its_times_and_failure_record() -> None:
+    buf = WindowBuffer(1)
+    for i in range(3):
+        buf.add(s("a", str(i)), f"r{i}", now=0.2)
+    [w] = buf.due(5)
+    w.attempts, w.failures, w.retry_at = 2, 3, 9.0
+    rest = w.rest(1)
+    assert ([m.message_id for m in rest.signals], rest.receipts) == (["1", "2"], ["r1", "r2"])
+    assert (rest.start, rest.end, rest.attempts, rest.failures, rest.retry_at) == (0, 1, 2, 3, 9.0)

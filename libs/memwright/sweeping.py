@@ -1,0 +1,304 @@
+"""The sweeper's domain: each user's tumbling window of signals is written to PostgreSQL on its
+own, so no window, and no signal, can hold back another (invariant 10: bad input gets a clear
+error and loses nothing). services/sweeper/app.py wires it to Kafka with faust.
+
+A failed write is sorted by why (`failure_kind`):
+
+- **unavailable**: PostgreSQL is down, restarting, out of connections or not usable by this
+  deployment (connection errors, SQLSTATE classes 08, 28, 3D, 40, 42, 53, 55, 57, 58, timeouts).
+  Not the signals' fault: the window is kept, unacked, and retried with a backoff for as long
+  as it takes; nothing is dead-lettered (a PostgreSQL restart loses nothing).
+- **content**: PostgreSQL refuses the data (class 22 data exception, e.g. U+0000 or a lone
+  surrogate, asyncpg's own encoding errors included; 23 constraint; 54 limit). The window is
+  split: each signal is written alone, and only those PostgreSQL still refuses go to the
+  dead-letter topic, with the reason and their original record.
+- **other**: retried up to MAX_WINDOW_ATTEMPTS times with a backoff, then split the same way.
+
+A window that waits for its retry is not due, so the next users' windows are written meanwhile.
+Offsets are acknowledged only after a signal is stored or its record is in the dead-letter
+topic, so a crash or SIGTERM re-delivers the rest; the write is idempotent on message id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+import asyncpg
+import structlog
+
+from memwright import metrics
+from memwright.events import Signal
+from memwright.settings import SweeperSettings
+from memwright.store.db import create_pool
+from memwright.store.sweeps import write_window
+from memwright.windows import Window, WindowBuffer
+
+log = structlog.get_logger()
+
+MAX_WINDOW_ATTEMPTS = 3  # failures of kind "other" before a window is split signal by signal
+RETRY_FIRST_SECONDS = 0.25  # backoff after a failed write, doubling per failure in a row...
+RETRY_MAX_SECONDS = 5.0  # ...up to this, also while PostgreSQL is down (recovery within 5 s of its return)
+READY_MAX_UNWRITTEN_SECONDS = 60.0  # /readyz fails while a closed window waits longer than this
+DRAIN_SECONDS = 10.0  # on SIGTERM, time to write what is open; the rest is delivered again after restart
+
+FailureKind = Literal["unavailable", "content", "other"]
+
+UNAVAILABLE_ERRORS: tuple[type[BaseException], ...] = (
+    OSError,  # refused, reset, unreachable
+    TimeoutError,  # connect or command timeout
+    asyncpg.InterfaceError,  # connection closed, pool closing
+    asyncpg.PostgresConnectionError,  # 08
+    asyncpg.InvalidAuthorizationSpecificationError,  # 28: credentials
+    asyncpg.InvalidCatalogNameError,  # 3D: no such database
+    asyncpg.TransactionRollbackError,  # 40: deadlock, serialization
+    asyncpg.SyntaxOrAccessError,  # 42: migrations missing, privileges
+    asyncpg.InsufficientResourcesError,  # 53: disk full, too many connections
+    asyncpg.ObjectNotInPrerequisiteStateError,  # 55: lock not available
+    asyncpg.OperatorInterventionError,  # 57: shutting down, starting up, statement timeout
+    asyncpg.PostgresSystemError,  # 58
+)
+CONTENT_ERRORS: tuple[type[BaseException], ...] = (
+    asyncpg.DataError,  # 22, and asyncpg's "invalid input for query argument" (surrogates, dates)
+    asyncpg.IntegrityConstraintViolationError,  # 23
+    asyncpg.ProgramLimitExceededError,  # 54: a value too large
+    UnicodeError,
+    OverflowError,
+)
+
+
+def failure_kind(exc: BaseException) -> FailureKind:
+    """Whether a failed write is PostgreSQL's trouble ("unavailable"), the data's ("content"), or unknown."""
+    if isinstance(exc, UNAVAILABLE_ERRORS):
+        return "unavailable"
+    if isinstance(exc, CONTENT_ERRORS):
+        return "content"
+    return "other"
+
+
+def describe(exc: BaseException, limit: int = 300) -> str:
+    """The error for a log line or a dead-letter reason, bounded (asyncpg quotes the arguments)."""
+    text = f"{type(exc).__name__}: {exc}"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def dead_letter_record(
+    reason: str, key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int
+) -> bytes:
+    """The dead-letter record: the reason and the original record, byte for byte (its value and key
+    as text when they are UTF-8, else as {"base64": ...})."""
+
+    def text(raw: bytes | None) -> Any:
+        if raw is None:
+            return None
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            return {"base64": base64.b64encode(raw).decode()}
+
+    return json.dumps(
+        {
+            "reason": reason,
+            "topic": topic,
+            "partition": partition,
+            "offset": offset,
+            "key": text(key),
+            "value": text(value),
+            "failed_at": datetime.now(UTC).isoformat(),
+        }
+    ).encode()
+
+
+def original_value(record: bytes) -> bytes | None:
+    """The original record's value from a dead-letter record: exactly the bytes that were consumed."""
+    value = json.loads(record)["value"]
+    if value is None:
+        return None
+    return base64.b64decode(value["base64"]) if isinstance(value, dict) else str(value).encode()
+
+
+# Dead-letter reasons by a phrase they contain, for the bounded `reason` label of SWEEPER_DLQ (the
+# full reason is in the record); the first match wins.
+_REASON_LABELS = (
+    ("not JSON", "not_json"),
+    ("no value", "no_value"),
+    ("schema_version", "schema_version"),
+    ("key", "key"),
+    ("text", "text"),
+    ("required", "required"),
+    ("too long", "too_long"),
+)
+
+
+def reason_label(reason: str) -> str:
+    """A bounded label for the DLQ metric of a record refused at decode."""
+    return next((label for phrase, label in _REASON_LABELS if phrase in reason), "schema")
+
+
+# (receipt, reason): produce the receipt's original record to the dead-letter topic with the
+# reason, and return once Kafka acknowledged it. The sweeper acks the receipt after that.
+DeadLetter = Callable[[Any, str], Awaitable[None]]
+
+
+class Sweeper:
+    """Per-user windows in, stored messages out; each window written, retried or split on its own."""
+
+    def __init__(self, settings: SweeperSettings, dead_letter: DeadLetter) -> None:
+        self.settings = settings
+        self.dead_letter = dead_letter
+        self.buffer = WindowBuffer(settings.window_seconds)
+        self.stopping = False
+        self._pool: asyncpg.Pool | None = None
+        self._pool_lock = asyncio.Lock()
+        self._flushing = asyncio.Lock()  # the timer's ticks and the final drain never write at once
+        self._writing: Window | None = None  # detached from the buffer while its write runs
+
+    async def pool(self) -> asyncpg.Pool:
+        async with self._pool_lock:
+            if self._pool is None:
+                self._pool = await create_pool(self.settings.pg_dsn, 1, self.settings.pg_pool_max)
+            return self._pool
+
+    def add(self, signal: Signal, receipt: Any, now: float) -> None:
+        self.buffer.add(signal, receipt, now)
+
+    def oldest_unwritten_seconds(self, now: float) -> float:
+        """How long ago the oldest closed window that is not yet written closed (0: none waits)."""
+        ends = [self.buffer.oldest_closed_end(now), self._writing.end if self._writing else None]
+        oldest = min((end for end in ends if end is not None), default=None)
+        return 0.0 if oldest is None else max(0.0, now - oldest)
+
+    def ready(self, now: float) -> bool:
+        return self.oldest_unwritten_seconds(now) <= READY_MAX_UNWRITTEN_SECONDS
+
+    async def flush_due(self, now: float) -> None:
+        """Write every closed window that is not waiting for a retry, oldest first."""
+        async with self._flushing:
+            if self.stopping:
+                return
+            for window in self.buffer.due(now):
+                if not await self._flush(window, now):
+                    break  # PostgreSQL unavailable: the other windows are tried on the next ticks
+            metrics.SWEEPER_OPEN_WINDOWS.set(len(self.buffer.open))
+
+    async def stop(self, timeout: float = DRAIN_SECONDS) -> None:
+        """Write every open window (closed or not) for at most `timeout` seconds, then close the pool.
+        What is left stays unacked, and Kafka delivers it again after the restart."""
+        self.stopping = True
+        try:
+            await asyncio.wait_for(self._drain(), timeout)
+        except TimeoutError:
+            log.warning("sweeper_drain_timed_out", seconds=timeout)
+        left = sum(len(w.signals) for w in self.buffer.all())
+        log.info("sweeper_drained", signals_left_unacked=left)
+        if self._pool is not None:
+            try:
+                await asyncio.wait_for(self._pool.close(), 2)
+            except (TimeoutError, Exception):
+                self._pool.terminate()
+
+    async def _drain(self) -> None:
+        async with self._flushing:
+            for window in sorted(self.buffer.all(), key=lambda w: w.end):
+                if not await self._flush(window, time.time()):
+                    return
+
+    async def _write(self, user_id: str, signals: Sequence[Signal]) -> int:
+        pool = await self.pool()
+        async with pool.acquire() as conn:
+            return await write_window(conn, user_id, signals)
+
+    async def _flush(self, window: Window, now: float) -> bool:
+        """Write one window; False if PostgreSQL is unavailable (the window waits for a retry)."""
+        started = time.monotonic()
+        self.buffer.detach(window)  # signals arriving during the write belong to the next window
+        self._writing = window
+        try:
+            try:
+                new = await self._write(window.user_id, window.signals)
+            except Exception as exc:
+                kind = failure_kind(exc)
+                metrics.SWEEPER_WRITE_FAILURES.labels(kind).inc()
+                if kind == "content" or (kind == "other" and window.attempts + 1 >= MAX_WINDOW_ATTEMPTS):
+                    return await self._flush_one_by_one(window, exc, now)
+                self._retry_later(window, kind, exc, now)
+                return kind != "unavailable"
+            except BaseException:
+                self.buffer.restore(window)  # cancelled: nothing acked, written on a later tick
+                raise
+        finally:
+            self._writing = None
+        for receipt in window.receipts:
+            receipt.ack()  # only now may the offset be committed
+        metrics.SWEEPER_WINDOWS.inc()
+        metrics.SWEEPER_SIGNALS.inc(new)
+        metrics.SWEEPER_DUPLICATES.inc(len(window.signals) - new)
+        metrics.SWEEPER_FLUSH_SECONDS.observe(time.monotonic() - started)
+        log.info("window_closed", user_id=window.user_id, signals=len(window.signals), new=new)
+        return True
+
+    async def _flush_one_by_one(self, window: Window, cause: Exception, now: float) -> bool:
+        """Write each signal of a failed window alone; dead-letter those PostgreSQL refuses."""
+        log.warning(
+            "window_split", user_id=window.user_id, signals=len(window.signals), attempts=window.attempts + 1,
+            error=describe(cause),
+        )  # fmt: skip
+        stored = 0
+        for i, (signal, receipt) in enumerate(zip(window.signals, window.receipts, strict=True)):
+            try:
+                try:
+                    new = await self._write(window.user_id, [signal])
+                except Exception as exc:
+                    kind = failure_kind(exc)
+                    if kind == "unavailable":
+                        metrics.SWEEPER_WRITE_FAILURES.labels(kind).inc()
+                        self._retry_later(window.rest(i), kind, exc, now)
+                        return False
+                    if not await self._dead_letter(window, i, exc, now):
+                        return False
+                    continue
+            except BaseException:
+                self.buffer.restore(window.rest(i))  # cancelled: the rest is written on a later tick
+                raise
+            receipt.ack()
+            stored += 1
+            metrics.SWEEPER_SIGNALS.inc(new)
+            metrics.SWEEPER_DUPLICATES.inc(1 - new)
+        metrics.SWEEPER_WINDOWS.inc()
+        log.info("window_closed", user_id=window.user_id, signals=len(window.signals), stored=stored, split=True)
+        return True
+
+    async def _dead_letter(self, window: Window, i: int, exc: Exception, now: float) -> bool:
+        """Send signal `i` of the window to the dead-letter topic and ack it; False if Kafka refused
+        (the signal and the rest of the window then wait for a retry)."""
+        if failure_kind(exc) == "content":
+            reason = f"PostgreSQL cannot store this signal: {describe(exc)}"
+        else:
+            reason = f"writing this signal failed {window.attempts + 1} times: {describe(exc)}"
+        try:
+            await self.dead_letter(window.receipts[i], reason)
+        except Exception as dlq_exc:
+            self._retry_later(window.rest(i), "unavailable", dlq_exc, now)
+            return False
+        window.receipts[i].ack()  # its record is in the dead-letter topic: nothing is lost
+        metrics.SWEEPER_DLQ.labels("write_failed").inc()
+        log.warning("dead_lettered", user_id=window.user_id, message_id=window.signals[i].message_id, reason=reason)
+        return True
+
+    def _retry_later(self, window: Window, kind: FailureKind, exc: BaseException, now: float) -> None:
+        window.failures += 1
+        if kind != "unavailable":
+            window.attempts += 1
+        delay = min(RETRY_FIRST_SECONDS * 2 ** (window.failures - 1), RETRY_MAX_SECONDS)
+        window.retry_at = now + delay
+        window.last_error = describe(exc)
+        self.buffer.restore(window)  # unacked, ahead of anything that arrived meanwhile
+        log.warning(
+            "window_write_failed", user_id=window.user_id, signals=len(window.signals), kind=kind,
+            attempts=window.attempts, retry_in=delay, error=window.last_error,
+        )  # fmt: skip

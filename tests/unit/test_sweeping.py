@@ -1,0 +1,61 @@
+"""The sweeper's rules without Kafka or PostgreSQL: which failed writes are the data's fault, and
+what a dead-letter record keeps."""
+
+from __future__ import annotations
+
+import json
+
+import asyncpg
+import pytest
+from memwright import metrics
+from memwright.sweeping import dead_letter_record, describe, failure_kind, original_value, reason_label
+
+
+@pytest.mark.parametrize(
+    ("exc", "kind"),
+    [
+        (ConnectionRefusedError(111, "refused"), "unavailable"),
+        (TimeoutError(), "unavailable"),
+        (asyncpg.ConnectionDoesNotExistError("closed in the middle of operation"), "unavailable"),
+        (asyncpg.CannotConnectNowError("the database system is starting up"), "unavailable"),
+        (asyncpg.AdminShutdownError("terminating connection due to administrator command"), "unavailable"),
+        (asyncpg.TooManyConnectionsError("too many clients"), "unavailable"),
+        (asyncpg.InterfaceError("pool is closing"), "unavailable"),
+        (asyncpg.UndefinedTableError('relation "messages" does not exist'), "unavailable"),
+        (asyncpg.DeadlockDetectedError("deadlock detected"), "unavailable"),
+        (asyncpg.CharacterNotInRepertoireError('invalid byte sequence for encoding "UTF8": 0x00'), "content"),
+        (asyncpg.UntranslatableCharacterError("unsupported Unicode escape sequence"), "content"),
+        (asyncpg.DataError("invalid input for query argument $6 (surrogates not allowed)"), "content"),
+        (asyncpg.CheckViolationError("violates check constraint"), "content"),
+        (RuntimeError("a bug"), "other"),
+        (asyncpg.InternalServerError("XX000"), "other"),
+    ],
+)
+def test_a_failed_write_is_the_datas_fault_only_when_postgresql_refuses_the_data(exc: Exception, kind: str) -> None:
+    assert failure_kind(exc) == kind
+
+
+@pytest.mark.parametrize(
+    "value", [b'{"text":"caf\xc3\xa9"}', b"\xff\xfe not utf-8", b"\xed\xa0\x80 encoded surrogate", b"", None]
+)
+def test_a_dead_letter_record_keeps_the_reason_and_the_original_bytes(value: bytes | None) -> None:
+    record = dead_letter_record("PostgreSQL cannot store this signal: x", b"u1", value, "memory.signals", 2, 41)
+    obj = json.loads(record)
+    assert (obj["reason"], obj["topic"], obj["partition"], obj["offset"], obj["key"]) == (
+        "PostgreSQL cannot store this signal: x", "memory.signals", 2, 41, "u1",
+    )  # fmt: skip
+    assert original_value(record) == value
+
+
+def test_describe_bounds_what_asyncpg_quotes() -> None:
+    text = describe(asyncpg.DataError("invalid input for query argument $6: ['" + "x" * 10_000 + "']"))
+    assert text.startswith("DataError: invalid input") and len(text) == 300
+
+
+@pytest.mark.parametrize(
+    "reason",
+    ["value is not JSON this service can read: nested too deeply", "unreadable record: RuntimeError: x",
+     "text holds U+0000 (NUL) at character 1, which PostgreSQL cannot store; remove it"],
+)  # fmt: skip
+def test_every_dead_letter_reason_has_a_known_label(reason: str) -> None:
+    assert reason_label(reason) in metrics.KNOWN_LABELS[metrics.SWEEPER_DLQ]
