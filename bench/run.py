@@ -1,11 +1,11 @@
-"""`make bench`: every figure of issue 8, each printed beside the baseline it is compared with
+"""`make bench`: every figure of issues 8 and 13 (the context read), each printed beside the baseline it is compared with
 (measured in the same run, on the same machine), and, as the last line, one JSON object
 with every figure.
 
     eval "$(deploy/local/stack.sh env)"          # or let `make bench` start the stack
     .venv/bin/python -m bench.run                 # a few minutes
     .venv/bin/python -m bench.run --quick         # shorter loads, 10 s long window: a smoke run
-    .venv/bin/python -m bench.run --only ingest   # one part: ingest | pipeline | curator | window
+    .venv/bin/python -m bench.run --only ingest   # one part: ingest | context | pipeline | curator | window
 
 The bench uses its own database (memwright_bench_<run>) and Kafka topics (b<run>...) on the
 stack named by MEMWRIGHT_PG_DSN / MEMWRIGHT_KAFKA_BOOTSTRAP, and removes them at the end.
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import curation, ingest, pipeline
+from bench import context, curation, ingest, pipeline
 from bench.harness import BenchStack
 
-PARTS = ("ingest", "pipeline", "curator", "window")
+PARTS = ("ingest", "context", "pipeline", "curator", "window")
 
 
 def say(line: str) -> None:
@@ -48,6 +48,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--single-rates", type=_floats, help="offered requests/s of single signals (default 500,1000,2000)")
     p.add_argument("--batch-rates", type=_floats, help="offered requests/s of batches (default 20,80)")
     p.add_argument("--batch", type=int, default=50, help="signals per batch request (default 50)")
+    p.add_argument("--context-users", type=int, default=50, help="users of 40 memories each read in context (50)")
     p.add_argument("--long-window", type=float, help="the long sweep window in seconds (default 60; quick 10)")
     p.add_argument("--curator-users", type=int, help="users curated in the curator figure (default 300; quick 100)")
     p.add_argument("--llm-delay", type=float, default=1.0, help="fake LLM answer delay in seconds (default 1)")
@@ -78,6 +79,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             report["ingest"] = await ingest.run(stack, cfg, say)
             report["ingest_vs_raw_ratio"] = report["ingest"]["ingest_vs_raw_ratio"]
             report["ingest_path_calls"] = report["ingest"]["calls"]
+        if "context" in parts:
+            cfg_x = context.ContextConfig(
+                users=args.context_users,
+                duration_s=args.duration or (3.0 if quick else 8.0),
+                ceiling_s=3.0 if quick else 6.0,
+            )
+            report["context"] = await context.run(stack, cfg_x, say)
+            report["context_vs_raw_ratio"] = report["context"]["context_vs_raw_ratio"]
         if {"pipeline", "curator", "window"} & set(parts):
             cfg_p = pipeline.PipelineConfig(
                 latency_samples=12 if quick else 30,
@@ -130,6 +139,14 @@ def targets(report: dict[str, Any]) -> dict[str, Any]:
     if "fairness" in report:
         f = report["fairness"]
         check("light_users_max_wait_s", f["light_max_wait_s"], 2 * f["window_s"])
+    ctx = report.get("context", {})
+    at = {(p["mode"], p["api"]["offered_rps"]): p["api"] for p in ctx.get("points", [])}
+    if ("200", 1000.0) in at:
+        check("context_p99_ms_at_1000rps", at[("200", 1000.0)]["p99_ms"], 10)
+    if "304" in ctx.get("ceilings", {}):
+        check("context_304_ceiling_rps", ctx["ceilings"]["304"]["rps"], 2000, at_most=False)
+    if "context_vs_raw_ratio" in report:
+        check("context_vs_raw_select_ratio", report["context_vs_raw_ratio"], 0.5, at_most=False)
     calls = report.get("ingest_path_calls")
     if calls:
         total = sum(v for k, v in calls.items() if k != "socket_samples")
@@ -141,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser().parse_args(argv)
     report = asyncio.run(main_async(args))
     report["targets"] = targets(report)
-    say("targets (issue 8, this machine):")
+    say("targets (issues 8 and 13, this machine):")
     for name, t in report["targets"].items():
         verdict = {True: "met", False: "NOT met", None: "not measured"}[t["met"]]
         say(f"  {name:<34} {t['value']!s:>10}  target {t['target']:<8} {verdict}")

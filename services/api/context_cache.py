@@ -13,14 +13,17 @@ cache holds at most `capacity` users, least recently used out first.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
+import asyncpg
 from aiohttp import web
 from memwright.services.api import context
+from memwright.store import memories
 
 
 def etag(user_id: str, set_version: int) -> str:
@@ -116,4 +119,56 @@ class ContextCache:
         return entry
 
 
-CONTEXT_CACHE = web.AppKey("context_cache", ContextCache)
+class VersionChecks:
+    """The cheap check, coalesced: the version checks of the requests that reach the handler in one
+    turn of the event loop go to PostgreSQL together, as ONE statement (a primary-key probe per
+    user). A check alone is one statement as before; under load one round trip (and the pool's
+    reset after it) serves a whole batch. Each check's answer is read after its request arrived."""
+
+    def __init__(self, pool: asyncpg.Pool) -> None:
+        self._pool = pool
+        self._waiting: dict[str, list[asyncio.Future[int]]] = {}
+        self._reads: set[asyncio.Task[None]] = set()
+
+    async def version(self, user_id: str) -> int:
+        loop = asyncio.get_running_loop()
+        if not self._waiting:
+            loop.call_soon(self._flush)  # after the other handlers this turn of the loop runs
+        answer: asyncio.Future[int] = loop.create_future()
+        self._waiting.setdefault(user_id, []).append(answer)
+        return await answer
+
+    def _flush(self) -> None:
+        batch, self._waiting = self._waiting, {}
+        task = asyncio.ensure_future(self._read(batch))
+        self._reads.add(task)
+        task.add_done_callback(self._reads.discard)
+
+    async def _read(self, batch: dict[str, list[asyncio.Future[int]]]) -> None:
+        try:
+            versions = await memories.memory_set_versions(self._pool, list(batch))
+            for user_id, answers in batch.items():
+                for answer in answers:
+                    if not answer.done():  # a request given up on (cancelled) is skipped
+                        answer.set_result(versions[user_id])
+        except Exception as exc:  # every request of the batch gets the error (a 500 via the guard)
+            for answers in batch.values():
+                for answer in answers:
+                    if not answer.done():
+                        answer.set_exception(exc)
+        finally:  # cancelled (the api is stopping): no request waits for an answer that never comes
+            for answers in batch.values():
+                for answer in answers:
+                    if not answer.done():
+                        answer.cancel()
+
+
+class ContextReads:
+    """Everything the context handler keeps per api process: the cache and the coalesced check."""
+
+    def __init__(self, pool: asyncpg.Pool, capacity: int) -> None:
+        self.cache = ContextCache(capacity)
+        self.checks = VersionChecks(pool)
+
+
+CONTEXT_READS = web.AppKey("context_reads", ContextReads)

@@ -10,6 +10,7 @@ query on release (asyncpg housekeeping, not the handler's) is left out of the co
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -23,6 +24,7 @@ from memwright.agent.tools import MemoryTools, Message
 from memwright.auth import mint
 from memwright.services.api import context
 from memwright.services.api.app import build_app
+from memwright.services.api.context_cache import CONTEXT_READS
 from memwright.settings import ApiSettings
 from memwright.store import leases, memories
 from memwright.store.db import _init_connection as init_connection
@@ -161,13 +163,13 @@ async def test_a_304_is_one_single_row_select_and_builds_no_preview(processes: A
     counts.clear()
     status, again, body = await api.get("alice", etag)
     assert (status, again, body) == (304, etag, "")
-    assert statements(counts) == [memories.SET_VERSION]
+    assert statements(counts) == [memories.SET_VERSIONS]
     assert (counts.previews, counts.renders, counts.estimates) == (0, 0, 0)
 
     other = await processes()  # another api process, nothing cached: the version check alone answers
     counts.clear()
     assert (await other.get("alice", etag))[:2] == (304, etag)
-    assert statements(counts) == [memories.SET_VERSION]
+    assert statements(counts) == [memories.SET_VERSIONS]
     assert (counts.previews, counts.renders, counts.estimates) == (0, 0, 0)
 
 
@@ -182,10 +184,36 @@ async def test_a_repeated_read_is_served_from_the_cache_with_its_token_estimate(
     counts.clear()
     status, again, second = await api.get("alice")
     assert (status, again, second) == (200, etag, first)
-    assert statements(counts) == [memories.SET_VERSION]
+    assert statements(counts) == [memories.SET_VERSIONS]
     assert (counts.previews, counts.renders, counts.estimates) == (0, 0, 0)
     text = await api.get("alice", fmt="text")
     assert text[0] == 200 and text[2] == first["block"] and counts.renders == 0
+
+
+async def test_concurrent_checks_are_one_statement_and_each_gets_its_own_users_version(
+    processes: Any, counts: Counts, db: asyncpg.Pool
+) -> None:
+    api = await processes()
+    for user in ("alice", "bob"):
+        await api.call("POST", f"/v1/users/{user}/memories", user, ["memories:write"], {"text": f"{user} likes tea"})
+    checks = api.client.server.app[CONTEXT_READS].checks
+    counts.clear()
+    got = await asyncio.gather(*(checks.version(u) for u in ("alice", "bob", "alice", "nobody")))
+    assert len(statements(counts)) == 1, "checks that arrive together share one statement"
+    assert got == [
+        await memories.memory_set_version(db, "alice"),
+        await memories.memory_set_version(db, "bob"),
+        got[0],
+        0,
+    ]
+    assert got[0] != got[1] and got[0] > 0
+
+    _, alice_etag, _ = await api.get("alice")
+    _, bob_etag, _ = await api.get("bob")
+    await api.call("POST", "/v1/users/bob/memories", "bob", ["memories:write"], {"text": "bob likes coffee"})
+    answers = await asyncio.gather(*(api.get(u, e) for u, e in [("alice", alice_etag), ("bob", bob_etag)] * 3))
+    assert [a[0] for a in answers] == [304, 200] * 3  # bob's change is seen in every batch, alice's 304 holds
+    assert all("coffee" in a[2]["block"] for a in answers[1::2])
 
 
 # ---- every write path moves the ETag, in every process ---------------------------------

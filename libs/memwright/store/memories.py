@@ -50,7 +50,10 @@ async def list_previews(conn: Conn, user_id: str) -> tuple[list[dict[str, Any]],
 # update or delete of one of the user's memories (whatever the path), and never gives out twice.
 # 0 = the user never had a memory. Equal versions mean equal previews, in every api process.
 
-SET_VERSION = "SELECT version FROM memory_set_versions WHERE user_id = $1"  # primary key: one index probe
+SET_VERSIONS = """
+SELECT user_id, version FROM memory_set_versions
+WHERE user_id = ANY($1::text[])  -- tenant isolation: each row is found by its own user id (the primary key)
+"""
 
 PREVIEWS_AT_VERSION = """
 SELECT s.set_version, m.memory_id, m.author, m.kind, m.text, m.version, m.updated_at
@@ -60,9 +63,16 @@ ORDER BY m.created_at, m.memory_id
 """
 
 
+async def memory_set_versions(conn: Conn, user_ids: list[str]) -> dict[str, int]:
+    """Each user's memory-set version, in one statement: one primary-key probe per user. The cheap
+    check before a cached context block is used (the api coalesces concurrent checks into one)."""
+    found = {r["user_id"]: int(r["version"]) for r in await conn.fetch(SET_VERSIONS, user_ids)}
+    return {user_id: found.get(user_id, 0) for user_id in user_ids}
+
+
 async def memory_set_version(conn: Conn, user_id: str) -> int:
-    """The user's memory-set version: the cheap check before a cached context block is used."""
-    return int(await conn.fetchval(SET_VERSION, user_id) or 0)
+    """One user's memory-set version."""
+    return (await memory_set_versions(conn, [user_id]))[user_id]
 
 
 async def previews_at_version(conn: Conn, user_id: str) -> tuple[int, list[dict[str, Any]]]:
