@@ -207,6 +207,9 @@ def deleted_tools(*later: Message) -> tuple[MemoryTools, DeletedMemory]:
 
 def test_a_user_deleted_memory_is_not_written_again_from_its_own_evidence() -> None:
     tools, _ = deleted_tools()
+    assert "- d-1 deleted by the user on 2026-01-04 09:00 UTC: User likes bouldering. (its evidence: m1, m2)" in (
+        tools.list_memories()
+    )
     [kept] = [memory("Always cite sources.", evidence=["old-3"])]
     tools.memories[kept.memory_id] = kept
     for call in (

@@ -19,7 +19,7 @@ from memwright.agent.working import WorkingMemory
 from memwright.store.leases import Lease
 
 MAX_MESSAGES_PER_RUN = 200
-MAX_DELETED_SHOWN = 200  # the user's latest deletions the run knows of (invariant 12)
+MAX_DELETED_LOADED = 200  # the user's latest deletions a run knows of (invariant 12)
 
 
 class Policy(Protocol):
@@ -107,7 +107,7 @@ async def load_snapshot(conn: asyncpg.Connection, lease: Lease) -> Snapshot:
     watermark = max((m.seq for m in new_messages), default=lease.watermark)
     deleted = [
         DeletedMemory(str(r["memory_id"]), r["text"], tuple(r["evidence"]), frozenset(r["conversations"]), r["at"])
-        for r in await conn.fetch(USER_DELETED, lease.user_id, MAX_DELETED_SHOWN)
+        for r in await conn.fetch(USER_DELETED, lease.user_id, MAX_DELETED_LOADED)
     ]
     return Snapshot(memories, new_messages, shown, working, watermark, deleted)
 

@@ -113,11 +113,14 @@ class MemoryTools:
         return sum(1 for m in self.memories.values() if m.author == "agent")
 
     def list_memories(self) -> str:
-        if not self.memories:
+        if not self.memories and not self.deleted:
             return "No memories yet."
         lines = [f"{self.agent_memory_count()}/{self.budget} agent-written memories used."]
         for m in self.memories.values():
             lines.append(f"- {m.memory_id} [{m.author}] {m.text}")
+        if self.deleted:
+            lines.append("Deleted by the user (never write them again from their evidence):")
+            lines += [f"- {d.describe()}" for d in self.deleted]
         return "\n".join(lines)
 
     def get_memory(self, memory_id: str) -> str:
