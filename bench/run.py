@@ -5,7 +5,7 @@ with every figure.
     eval "$(deploy/local/stack.sh env)"          # or let `make bench` start the stack
     .venv/bin/python -m bench.run                 # a few minutes
     .venv/bin/python -m bench.run --quick         # shorter loads, 10 s long window: a smoke run
-    .venv/bin/python -m bench.run --only ingest   # one part: ingest | context | pipeline | curator | window
+    .venv/bin/python -m bench.run --only ingest   # one part: ingest | context | pipeline | curator | window | embedder
 
 The bench uses its own database (memwright_bench_<run>) and Kafka topics (b<run>...) on the
 stack named by MEMWRIGHT_PG_DSN / MEMWRIGHT_KAFKA_BOOTSTRAP, and removes them at the end.
@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import context, curation, ingest, pipeline
+from bench import context, curation, embedder, ingest, pipeline
 from bench.harness import BenchStack
 
-PARTS = ("ingest", "context", "pipeline", "curator", "window")
+PARTS = ("ingest", "context", "pipeline", "curator", "window", "embedder")
 
 
 def say(line: str) -> None:
@@ -68,6 +68,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     report: dict[str, Any] = {"run": stack.run_id, "cores": os.cpu_count(), "quick": quick}
     await stack.create_database()
     try:
+        if "embedder" in parts:  # no stack needed: fresh processes, the local model beside hashing
+            report["embedder"] = await embedder.run(say, quick)
         if "ingest" in parts:
             cfg = ingest.IngestConfig(
                 single_rates=args.single_rates or ((200.0, 1000.0) if quick else (500.0, 1000.0, 2000.0)),
