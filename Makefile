@@ -57,10 +57,10 @@ lint: install ## ruff (lint and format check) and mypy
 	$(VENV)/bin/mypy libs/memwright  # two runs: services/ is mapped to memwright.services,
 	$(VENV)/bin/mypy services        # which mypy cannot see in a single pass
 
-eval: install ## measure memory quality on the labelled eval set (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
+eval: install ## memory quality: shipped set (gated), dev and test per category (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
 	@$(STACK) start
 	@set -a; eval "$$($(STACK) env)"; set +a; \
-	  $(VENV)/bin/memwright eval --check; rc=$$?; \
+	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --check --gate shipped; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
 BENCH_ARGS ?=

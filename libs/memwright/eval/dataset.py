@@ -24,6 +24,9 @@ from pathlib import Path
 from typing import Any
 
 DEFAULT_DATASET = "memories.jsonl"
+# The shipped files by name: the set the rules policy was tuned on, and the splits of the
+# hand-written users (docs/quality.md: tune on train and dev, report test).
+SPLITS = {"shipped": DEFAULT_DATASET, "train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
 
 # What a user's case is mainly about (docs/quality.md says what each means).
 CATEGORIES = ("explicit", "repeated_weak", "single_weak", "one_off", "update", "budget", "poisoning")
@@ -82,8 +85,12 @@ class UserCase:
         return {mid for group in self.forget for mid in group}
 
 
+def split_path(name: str) -> Path:
+    return Path(str(resources.files("memwright.eval").joinpath("datasets", SPLITS[name])))
+
+
 def default_dataset_path() -> Path:
-    return Path(str(resources.files("memwright.eval").joinpath("datasets", DEFAULT_DATASET)))
+    return split_path("shipped")
 
 
 def _strings(value: Any, where: str) -> list[str]:

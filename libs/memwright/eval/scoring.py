@@ -15,6 +15,9 @@
 
 Ratios over nothing are vacuous: precision and evidence accuracy 1.0, false memory rate 0.0,
 recall and update accuracy 1.0 when there was nothing to find.
+
+`by_category` scores each category of users (the dataset's optional `category` field) on its own,
+with the same definitions; users without one are grouped as "uncategorised".
 """
 
 from __future__ import annotations
@@ -22,9 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from memwright.eval.dataset import Remember, Update, UserCase
+from memwright.eval.dataset import CATEGORIES, Remember, Update, UserCase
 
 DEFAULT_BUDGET = 40
+UNCATEGORISED = "uncategorised"
 
 
 @dataclass(frozen=True)
@@ -128,6 +132,19 @@ def score(cases: list[UserCase], observed: Observed) -> tuple[dict[str, Any], li
         "budget_violations": violations,
     }
     return metrics, findings
+
+
+def categories(cases: list[UserCase]) -> dict[str, list[UserCase]]:
+    """The users of each category, in the order of CATEGORIES (uncategorised last); only categories present."""
+    groups: dict[str, list[UserCase]] = {}
+    for case in cases:
+        groups.setdefault(case.category or UNCATEGORISED, []).append(case)
+    return {name: groups[name] for name in [*CATEGORIES, UNCATEGORISED] if name in groups}
+
+
+def by_category(cases: list[UserCase], observed: Observed) -> dict[str, dict[str, Any]]:
+    """The metrics of each category's users on their own."""
+    return {name: score(group, observed)[0] for name, group in categories(cases).items()}
 
 
 TARGETS = {
