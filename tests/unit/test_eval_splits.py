@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from memwright.eval import runner
-from memwright.eval.assemble import DATASETS, SourceError, parse_source, read_sources, render, split
+from memwright.eval.assemble import DATASETS, SourceError, committed, parse_source, read_sources, render, split
 from memwright.eval.dataset import CATEGORIES, SPLITS, DatasetError, UserCase, load, parse_user, split_path
 from memwright.eval.scoring import Observed, ObservedMemory, by_category
 
@@ -26,8 +26,21 @@ def splits() -> dict[str, list[UserCase]]:
 
 def test_the_committed_splits_are_what_the_sources_give() -> None:
     # `python -m memwright.eval.assemble` rewrites them; a hand edit to a .jsonl would show here
-    for name, users in split(read_sources()).items():
-        assert (DATASETS / f"{name}.jsonl").read_text(encoding="utf-8") == render(users), name
+    users = read_sources()
+    assert split(users) == split(users, frozen=committed())  # as first cut, nobody moved since
+    for name, part in split(users, frozen=committed()).items():
+        assert (DATASETS / f"{name}.jsonl").read_text(encoding="utf-8") == render(part), name
+
+
+def test_adding_users_never_moves_a_committed_one() -> None:
+    users = read_sources()
+    before = committed()
+    extra = [{**users[0], "user_id": f"hnew{i:04d}"} for i in range(10)]  # ten more of one category
+    after = split(users + extra, frozen=before)
+    placed = {u["user_id"]: name for name, part in after.items() for u in part}
+    assert all(placed[uid] == name for uid, name in before.items())
+    new = Counter(placed[u["user_id"]] for u in extra)
+    assert new == {"train": 5, "dev": 2, "test": 3}, new  # the newcomers keep the category's shares
 
 
 def test_the_split_is_by_user_stratified_and_seeded() -> None:

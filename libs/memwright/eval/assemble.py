@@ -2,7 +2,8 @@
 
 The users are written by hand in datasets/source/*.txt, one small text format (below); this
 module only turns them into the `memwright eval` format, checks them with the loader, and
-splits them by user, stratified by category, with a fixed seed. It writes no phrasing of its
+splits them by user, stratified by category, with a fixed seed; a user already in a committed
+split stays there, so adding users never moves one between splits. It writes no phrasing of its
 own. `python -m memwright.eval.assemble` rewrites datasets/{train,dev,test}.jsonl;
 `--check` exits 1 when the committed files differ from what the sources give.
 
@@ -176,8 +177,16 @@ def read_sources(directory: Path = SOURCES) -> list[dict[str, Any]]:
     return users
 
 
-def split(users: list[dict[str, Any]], seed: int = SEED) -> dict[str, list[dict[str, Any]]]:
-    """By user, stratified by category, deterministic: each category is shuffled with the seed and cut."""
+def split(
+    users: list[dict[str, Any]], seed: int = SEED, frozen: dict[str, str] | None = None
+) -> dict[str, list[dict[str, Any]]]:
+    """By user, stratified by category, deterministic: each category is shuffled with the seed and cut.
+
+    `frozen` (user id -> split, read from the committed files) keeps every committed user where it
+    is, so appending users never moves one from test to train: a new user goes to the split of its
+    category that is furthest below its share.
+    """
+    frozen = frozen or {}
     by_category: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for u in users:
         by_category[u["category"]].append(u)
@@ -185,12 +194,37 @@ def split(users: list[dict[str, Any]], seed: int = SEED) -> dict[str, list[dict[
     for category in CATEGORIES:
         group = sorted(by_category.get(category, []), key=lambda u: u["user_id"])
         random.Random(f"{seed}:{category}").shuffle(group)
-        n_train = round(len(group) * SPLITS[0][1])
-        n_dev = round(len(group) * SPLITS[1][1])
-        out["train"] += group[:n_train]
-        out["dev"] += group[n_train : n_train + n_dev]
-        out["test"] += group[n_train + n_dev :]
+        if not any(u["user_id"] in frozen for u in group):
+            n_train = round(len(group) * SPLITS[0][1])
+            n_dev = round(len(group) * SPLITS[1][1])
+            out["train"] += group[:n_train]
+            out["dev"] += group[n_train : n_train + n_dev]
+            out["test"] += group[n_train + n_dev :]
+            continue
+        counts = dict.fromkeys(out, 0)
+        for u in group:
+            if u["user_id"] in frozen:
+                counts[frozen[u["user_id"]]] += 1
+        for u in group:
+            name = frozen.get(u["user_id"])
+            if name is None:
+                total = sum(counts.values()) + 1
+                name = max(SPLITS, key=lambda share: share[1] * total - counts[share[0]])[0]
+                counts[name] += 1
+            out[name].append(u)
     return out
+
+
+def committed(directory: Path = DATASETS) -> dict[str, str]:
+    """user id -> split, as the committed files have it (empty when there are none)."""
+    found: dict[str, str] = {}
+    for name, _ in SPLITS:
+        path = directory / f"{name}.jsonl"
+        if path.exists():
+            for line in path.read_text(encoding="utf-8").splitlines():
+                if line.strip():
+                    found[json.loads(line)["user_id"]] = name
+    return found
 
 
 def render(users: list[dict[str, Any]]) -> str:
@@ -202,7 +236,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--check", action="store_true", help="exit 1 when the committed splits differ from the sources")
     args = p.parse_args(argv)
     try:
-        splits = split(read_sources())
+        splits = split(read_sources(), frozen=committed())
     except SourceError as exc:
         print(f"assemble: {exc}", file=sys.stderr)
         return 2
