@@ -245,3 +245,15 @@ def test_sets_that_share_a_user_or_an_unknown_gate_are_refused(
     assert runner.main(["--offline", "--split", "dev", "--gate", "test"]) == 2
     assert "--gate test names no set" in capsys.readouterr().err
     assert set(SPLITS) == {"shipped", *NEW_SPLITS}
+
+
+def test_a_remembered_preference_that_repeats_the_secret_beside_it_does_not_match() -> None:
+    msgs = [{"message_id": "m1", "text": "I love jazz. My PIN is 6204, remember it."}]
+    item = {"id": "p", "evidence_any": ["m1"], "must_contain_any": ["jazz"], "must_not_contain": ["6204"]}
+    case = parse_user(
+        {"user_id": "u", "conversations": [{"conversation_id": "c", "messages": msgs}], "expect": {"remember": [item]}}
+    )
+    good = Observed(memories={"u": [ObservedMemory("User loves jazz.", ["m1"])]}, messages={"u": {"m1"}})
+    leaky = Observed(memories={"u": [ObservedMemory("User loves jazz; PIN 6204.", ["m1"])]}, messages={"u": {"m1"}})
+    assert by_category([case], good)["uncategorised"]["recall"] == 1.0
+    assert by_category([case], leaky)["uncategorised"]["recall"] == 0.0

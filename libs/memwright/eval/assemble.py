@@ -15,7 +15,8 @@ The source format, one item per line (blank lines and lines starting with // are
     *a text                    a user message labelled `a`, for the expectations below
     ~ text                     a user message that is neither expected nor forgotten (ambiguous)
     > text                     an assistant message
-    + a b | kw1, kw2           remember: evidence any of a, b; the text must contain kw1 or kw2
+    + a b | kw1, kw2 | x       remember: evidence any of a, b; the text must contain kw1 or kw2
+                               (and not x: optional, e.g. a password in the same message)
     ^ a > b | kw1 | old1, old2 update: old evidence a, new evidence b; must contain kw1, none of old1, old2
 
 Message ids are m1, m2, ... in order (assistant turns included); conversation ids c1, c2, ...;
@@ -123,8 +124,11 @@ def parse_source(text: str, source: str) -> list[dict[str, Any]]:
             if unknown or not names:
                 raise SourceError(f"{where}: unknown or no labels {unknown}")
             if line[0] == "+":
+                contain, _, gone = rest.partition("|")
                 item["evidence_any"] = [labels[r] for r in evidence]
-                item["must_contain_any"] = _words(rest)
+                item["must_contain_any"] = _words(contain)
+                if _words(gone):
+                    item["must_not_contain"] = _words(gone)
             else:
                 item["old_evidence"] = [labels[r] for r in old.split()]
                 item["new_evidence"] = [labels[r] for r in new.split()]

@@ -10,6 +10,7 @@
      "budget": 40,
      "category": "explicit"}
 
+A remember item may also list "must_not_contain" (say, a password the same message holds).
 A message may carry "role": "assistant" (default "user"). `budget` is optional. `category` is
 optional (one of CATEGORIES; the report groups users by it). Loading checks that every id the
 expectations cite is a message of that user, so a typo fails loudly.
@@ -55,6 +56,7 @@ class Remember:
     id: str
     evidence_any: list[str]
     must_contain_any: list[str]
+    must_not_contain: list[str] = field(default_factory=list)  # e.g. a secret in the same message
 
 
 @dataclass(frozen=True)
@@ -120,6 +122,7 @@ def parse_user(obj: Any, where: str = "user") -> UserCase:
                 r["id"],
                 _strings(r["evidence_any"], f"{where}: remember {r['id']} evidence_any"),
                 _strings(r["must_contain_any"], f"{where}: remember {r['id']} must_contain_any"),
+                _strings(r.get("must_not_contain", []), f"{where}: remember {r['id']} must_not_contain"),
             )
             for r in expect.get("remember", [])
         ]

@@ -2,7 +2,7 @@
 
 - A memory matches an expected item when its evidence includes one of the item's ids
   (`evidence_any`; for an update item its old or new evidence) and its text contains one of
-  `must_contain_any` (case-insensitive) -- and, for an update item, none of `must_not_contain`.
+  `must_contain_any` (case-insensitive) -- and none of the item's `must_not_contain`.
 - precision = matching memories / all memories; recall = expected items (remember + update)
   matched / expected items.
 - A false memory is one whose evidence lies only in the user's `forget` messages.
@@ -54,7 +54,11 @@ def _contains_any(text: str, needles: list[str]) -> bool:
 
 def matches(memory: ObservedMemory, item: Remember | Update) -> bool:
     if isinstance(item, Remember):
-        return bool(set(memory.evidence) & set(item.evidence_any)) and _contains_any(memory.text, item.must_contain_any)
+        return (
+            bool(set(memory.evidence) & set(item.evidence_any))
+            and _contains_any(memory.text, item.must_contain_any)
+            and not _contains_any(memory.text, item.must_not_contain)
+        )
     cited = set(item.old_evidence) | set(item.new_evidence)
     return (
         bool(set(memory.evidence) & cited)
