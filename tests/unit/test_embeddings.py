@@ -148,11 +148,14 @@ def test_long_messages_are_cut_at_the_models_256_tokens(minilm: LocalEmbedder) -
     assert minilm.encode([long]).shape == (1, DIM)
 
 
-def test_the_graph_is_built_once_then_read_from_the_cache_and_rebuilt_if_damaged(tmp_path: Path) -> None:
+def test_the_graph_is_built_once_then_read_from_the_cache_and_rebuilt_if_damaged_or_stale(tmp_path: Path) -> None:
     with zipfile.ZipFile(model_zip()) as z:
         cached = local_module.graph_file(tmp_path, z.getinfo("model.safetensors"))
     cached.write_bytes(b"not an onnx model")  # a damaged file, e.g. a full disk
+    stale = tmp_path / "all-minilm-l6-v2-00000000-1-g0.onnx"  # from an older graph version
+    stale.write_bytes(b"old")
     built = LocalEmbedder(cache_dir=tmp_path)
+    assert not stale.exists()
     assert built.graph_path == cached and cached.stat().st_size > 80_000_000
     assert cached.stat().st_mode & 0o777 == 0o644  # readable by the service's user
     loaded = LocalEmbedder(cache_dir=tmp_path)

@@ -123,17 +123,24 @@ def test_indexer_timings_are_validated_at_start() -> None:
         IndexerSettings.from_env({**env, "MEMWRIGHT_DRIFT_CHECK_SECONDS": "-1"})
 
 
-def test_demo_flag_points_at_the_demo_database_and_its_newest_store(
+def test_demo_flag_points_at_the_demo_database_and_the_store_it_recorded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("MEMWRIGHT_PG_DSN", "postgresql://u:p@127.0.0.1:5432/memwright")
-    monkeypatch.setenv("MEMWRIGHT_LOCAL_DIR", str(tmp_path))
     monkeypatch.delenv("MEMWRIGHT_QDRANT_URL", raising=False)
-    with pytest.raises(ValueError, match="run `make demo`"):
+    store = tmp_path / "demo" / "qdrant-1000"
+    asked: list[str] = []
+
+    async def recorded_store(dsn: str) -> str:  # what `memwright demo` wrote on the demo database
+        asked.append(dsn)
+        return str(store)
+
+    monkeypatch.setattr(admin, "demo_store", recorded_store)
+    with pytest.raises(ValueError, match=r"which is gone .* run `make demo` again"):
         admin._settings(demo=True)
-    for stamp in ("999", "1000", "20"):
-        (tmp_path / "demo" / f"qdrant-{stamp}").mkdir(parents=True)
+    (tmp_path / "demo" / "qdrant-2000").mkdir(parents=True)  # a newer store of another run: not ours
+    store.mkdir(parents=True)
     settings = admin._settings(demo=True)
-    assert settings.pg_dsn == "postgresql://u:p@127.0.0.1:5432/memwright_demo"
-    assert settings.qdrant_path == str(tmp_path / "demo" / "qdrant-1000")
+    assert settings.pg_dsn == asked[-1] == "postgresql://u:p@127.0.0.1:5432/memwright_demo"
+    assert settings.qdrant_path == str(store)
     assert admin._settings(demo=False).pg_dsn.endswith("/memwright")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-GRAPH_VERSION = 1  # bump when the graph changes: it is part of the cached file's name
+GRAPH_VERSION = 2  # bump when the graph changes: it is part of the cached file's name
 OPSET = 17
 
 
@@ -109,7 +109,7 @@ def build_onnx(weights: Mapping[str, np.ndarray], config: BertConfig) -> Any:
     merge = const("merge_heads", np.array([0, 0, h], np.int64))
     scale = const("scale", np.array(1.0 / math.sqrt(head_dim), np.float32))
     half = const("half", np.array(0.5, np.float32))
-    inv_sqrt2 = const("inv_sqrt2", np.array(1.0 / math.sqrt(2.0), np.float32))
+    sqrt2 = const("sqrt2", np.array(math.sqrt(2.0), np.float32))
     one = "one"
 
     def heads_of(x: str, p: str, name: str, perm: list[int]) -> str:
@@ -131,10 +131,11 @@ def build_onnx(weights: Mapping[str, np.ndarray], config: BertConfig) -> Any:
         x = layer_norm(node("Add", [attended, x], f"{p}.attn_residual"), f"{p}.attention.output.LayerNorm")
 
         inner = linear(x, f"{p}.intermediate.dense")
-        erf = node("Erf", [node("Mul", [inner, inv_sqrt2], f"{p}.gelu.scaled")], f"{p}.gelu.erf")
+        # x * (1 + erf(x / sqrt 2)) * 0.5: the order transformers' exporters emit, which onnxruntime fuses
+        erf = node("Erf", [node("Div", [inner, sqrt2], f"{p}.gelu.scaled")], f"{p}.gelu.erf")
         gelu = node(
             "Mul",
-            [node("Mul", [inner, half], f"{p}.gelu.half"), node("Add", [erf, one], f"{p}.gelu.erf1")],
+            [node("Mul", [inner, node("Add", [erf, one], f"{p}.gelu.erf1")], f"{p}.gelu.x_erf1"), half],
             f"{p}.gelu",
         )
         out = linear(gelu, f"{p}.output.dense")

@@ -133,6 +133,9 @@ class LocalEmbedder:
                 graph = build_graph(z, config)
                 if cached and _write_atomically(cached, graph):
                     self.graph_path = cached
+                    for stale in cached.parent.glob("all-minilm-l6-v2-*.onnx"):  # older weights or graphs
+                        if stale != cached:
+                            stale.unlink(missing_ok=True)
                 self.session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_tokens)  # sentence-transformers' max_seq_length
