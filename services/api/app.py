@@ -2,10 +2,10 @@
 
 Every route is declared once, in the route table at the end of `build_app`, with the
 access it needs (`Access`). One middleware (`guard`) authenticates the bearer JWT (401),
-applies the per-token rate limit (429), checks the scope (403), checks that the token may
-reach the {user_id} in the path (403) and the body size (413) before any handler runs. A
-route without a declared access is refused at start (and with 403 if added later), so no
-route can skip authentication. Handlers validate input (400) and call the store; the SQL
+applies the rate limits of the verified identity (429, services/api/limits.py), checks the scope
+(403), checks that the token may reach the {user_id} in the path (403) and the body size (413)
+before any handler runs. A route without a declared access is refused at start (and with 403 if
+added later), so no route can skip authentication. Handlers validate input (400) and call the store; the SQL
 lives in memwright.store (memories.py, user_writes.py, erasure.py).
 """
 
@@ -24,10 +24,10 @@ import asyncpg
 import structlog
 from aiohttp import web
 from memwright import logs, metrics
-from memwright.auth import AuthError, Principal, verify
+from memwright.auth import AuthError, Principal, is_user_id_reserved, verify
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
 from memwright.services.api import context, context_cache, openapi
-from memwright.services.api.limits import RateLimiter
+from memwright.services.api.limits import RequestLimits
 from memwright.settings import ApiSettings
 from memwright.store import erasure, memories, user_writes
 from memwright.store.db import create_pool
@@ -55,9 +55,17 @@ class Access:
 
 
 class BadRequest(Exception):
-    def __init__(self, reason: str) -> None:
+    def __init__(self, reason: str, status: int = 400) -> None:
         super().__init__(reason)
         self.reason = reason
+        self.status = status
+
+
+class ClientGone(Exception):
+    """The client hung up before its request body arrived: nobody is left to answer."""
+
+
+CLIENT_GONE = "499"  # the code counted for it (nginx's "client closed request"); no answer is sent
 
 
 def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> web.Response:
@@ -107,12 +115,30 @@ def _if_match(request: web.Request) -> int | None:
     return None if digits == "*" else int(digits)
 
 
-async def _body(request: web.Request, fields: tuple[str, ...]) -> dict[str, Any]:
-    raw = await request.read()  # over client_max_size: HTTPRequestEntityTooLarge, rendered as 413
+async def read_body(request: web.Request, timeout_s: float) -> bytes:
+    """The whole body, or 408 when it does not arrive within `timeout_s` (a slow or stalled sender
+    holds no handler for longer); ClientGone when the client hangs up mid-body. Over the app's
+    client_max_size: HTTPRequestEntityTooLarge (413)."""
     try:
-        body = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as exc:
+        return await asyncio.wait_for(request.read(), timeout_s)
+    except TimeoutError:
+        raise BadRequest(f"the request body did not arrive within {timeout_s:g} s; send it at once", 408) from None
+    except ConnectionResetError:
+        raise ClientGone() from None
+
+
+def decode_json(raw: bytes) -> object:
+    """JSON of any depth or size, or BadRequest with the reason (never RecursionError or ValueError)."""
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except RecursionError:
+        raise BadRequest("body is not JSON this service reads: nested too deeply") from None
+    except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, an integer over Python's 4,300 digits
         raise BadRequest(f"body is not JSON: {exc}") from None
+
+
+async def _body(request: web.Request, fields: tuple[str, ...], timeout_s: float) -> dict[str, Any]:
+    body = decode_json(await read_body(request, timeout_s))
     if not isinstance(body, dict):
         raise BadRequest("body must be a JSON object")
     unknown = sorted(set(body) - set(fields))
@@ -128,8 +154,8 @@ def _memory_etag(version: int) -> dict[str, str]:
 # ---- the app ---------------------------------------------------------------------------
 
 
-def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | None = None) -> web.Application:
-    limiter = limiter or RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst)
+def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits | None = None) -> web.Application:
+    limits = limits or RequestLimits(settings)
     access: dict[Handler, Access] = {}
     spec = openapi.document(settings)
     # the query parameters each operation declares; anything else is refused with a 400
@@ -149,7 +175,12 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
         except AuthError as exc:
             response = exc.response()
         except BadRequest as exc:
-            response = _error(400, exc.reason)
+            response = _error(exc.status, exc.reason)
+        except ClientGone:
+            log.info("api_client_gone", route=route, method=request.method)
+            metrics.API_REQUESTS.labels(route, CLIENT_GONE).inc()
+            metrics.API_LATENCY.labels(route).observe(time.monotonic() - started)
+            return _error(400, "the client closed the connection before sending the whole body")
         except user_writes.WriteRefused as exc:
             response = _error(exc.status, exc.reason)
         except web.HTTPException as exc:  # 404/405 from the router, 413 from reading the body
@@ -169,18 +200,14 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
         match = request.match_info
         if match.http_exception is not None:
             raise match.http_exception
-        header = request.headers.get("Authorization")
-        principal = verify(settings, header)  # 401: missing, expired, badly signed, wrong issuer or audience
+        principal = verify(settings, request.headers.get("Authorization"))  # 401: missing, expired, bad, ...
         needs = access.get(match.handler)
         if needs is None:  # fail closed: never serve a route without a declared access
             raise AuthError(403, "this route has no access policy")
-        wait = limiter.take(header or "")
-        if wait > 0:
-            return _error(
-                429,
-                f"rate limit of {settings.rate_limit_per_s:g} requests/s for this token; retry later",
-                {"Retry-After": limiter.retry_after(wait)},
-            )
+        refused = limits.take(principal, match.get("user_id"))  # keyed on who the token verified as
+        if refused is not None:
+            retry_after = limits.per_user.retry_after(refused.wait)
+            return _error(429, f"{refused.reason}; retry in {retry_after} s", {"Retry-After": retry_after})
         scope = needs.required(principal)
         if scope is not None and not principal.has_scope(scope):
             raise AuthError(403, f"token lacks scope {scope}")
@@ -188,6 +215,8 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
             user_id = match["user_id"]
             if not USER_ID.match(user_id):
                 raise BadRequest("user_id must be 1-128 letters, digits, _ . : @ -, starting with a letter or digit")
+            if is_user_id_reserved(user_id):
+                raise BadRequest("user_id must not start with 'service:', the prefix of service tokens' subjects")
             if not principal.may_access(user_id):  # tenant isolation
                 raise AuthError(403, "token may not access this user's data")
         declared = query_params.get((match.route.resource.canonical, request.method), set())  # type: ignore[union-attr]
@@ -268,7 +297,7 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
 
     async def create_memory(request: web.Request) -> web.Response:
         user_id = request.match_info["user_id"]
-        body = await _body(request, ("text", "kind", "reason"))
+        body = await _body(request, ("text", "kind", "reason"), settings.body_read_timeout_s)
         if "text" not in body:
             raise BadRequest("text is required")
         text = _check_string(body["text"], "text", settings.max_memory_chars)
@@ -292,7 +321,7 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limiter: RateLimiter | 
     async def patch_memory(request: web.Request) -> web.Response:
         user_id, memory_id = request.match_info["user_id"], _memory_id(request)
         expected = _if_match(request)
-        body = await _body(request, ("text", "kind", "reason"))
+        body = await _body(request, ("text", "kind", "reason"), settings.body_read_timeout_s)
         if "text" not in body and "kind" not in body:
             raise BadRequest("send text, kind or both")
         text = _check_string(body["text"], "text", settings.max_memory_chars) if "text" in body else None
