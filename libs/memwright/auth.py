@@ -5,8 +5,10 @@ from a JWKS file (MEMWRIGHT_JWT_JWKS_FILE), or either when both are configured. 
 algorithm is checked only with its own key material (an HS256 token is never checked
 against a public key), issuer and audience are checked, expiry is required.
 Scopes: signals:write, memories:read, memories:write, admin.
-A user token (sub = the user id) reaches only that user's data; a service token
-(sub = "service:<name>") reaches any user's data when it carries the scope.
+A user token (sub = the user id) reaches only that user's data, whatever its scopes (admin
+included); a service token (sub = "service:<name>") reaches any user's data when it carries the
+scope. So no user id may start with "service:" (`is_user_id_reserved`). A token may live at most
+MEMWRIGHT_JWT_MAX_TTL_S; exp, iat and nbf must be JSON numbers.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from memwright.settings import AuthSettings
 
 SCOPES = ("signals:write", "memories:read", "memories:write", "admin")
 SERVICE_PREFIX = "service:"
+_LEEWAY_S = 60  # clock skew between the minting host and this one, for the lifetime cap
 
 
 @dataclass(frozen=True)
@@ -40,10 +43,16 @@ class Principal:
         return self.subject.startswith(SERVICE_PREFIX)
 
     def may_access(self, user_id: str) -> bool:
-        return self.is_service or "admin" in self.scopes or self.subject == user_id
+        # tenant isolation: a user token reaches its own user only, even with the admin scope
+        return self.is_service or self.subject == user_id
 
     def has_scope(self, scope: str) -> bool:
         return scope in self.scopes or "admin" in self.scopes
+
+
+def is_user_id_reserved(user_id: str) -> bool:
+    """Whether a user id would read as a service subject (refused as a user id everywhere)."""
+    return user_id.startswith(SERVICE_PREFIX)
 
 
 class AuthError(Exception):
@@ -130,6 +139,10 @@ def mint(settings: AuthSettings, subject: str, scopes: list[str], ttl_seconds: i
     unknown = [s for s in scopes if s not in SCOPES]
     if unknown:
         raise ValueError(f"unknown scope(s) {', '.join(unknown)}; choose from {', '.join(SCOPES)}")
+    if ttl_seconds > settings.jwt_max_ttl_s:
+        raise ValueError(
+            f"a token may live at most {settings.jwt_max_ttl_s} s (MEMWRIGHT_JWT_MAX_TTL_S); asked for {ttl_seconds}"
+        )
     now = int(time.time())
     claims = {
         "sub": subject,
@@ -162,7 +175,8 @@ class _VerifiedTokens:
 
     @staticmethod
     def _key(settings: AuthSettings, token: str) -> tuple[str, tuple[str, ...]]:
-        return token, (settings.jwt_secret, settings.jwt_jwks_file, settings.jwt_issuer, settings.jwt_audience)
+        verifying = (settings.jwt_secret, settings.jwt_jwks_file, settings.jwt_issuer, settings.jwt_audience)
+        return token, (*verifying, str(settings.jwt_max_ttl_s))
 
     def get(self, settings: AuthSettings, token: str) -> Principal | None:
         key = self._key(settings, token)
@@ -228,7 +242,19 @@ def _verify_signed(settings: AuthSettings, token: str) -> tuple[Principal, float
         raise AuthError(401, f"invalid token: {exc}") from None
     if not isinstance(claims["sub"], str) or not claims["sub"]:
         raise AuthError(401, "invalid token: sub must be a non-empty string")
-    return Principal(claims["sub"], frozenset(str(claims.get("scope", "")).split())), float(claims["exp"])
+    for name in ("exp", "iat", "nbf"):  # PyJWT also takes "1700000000" (a string) and converts it
+        if name in claims and (isinstance(claims[name], bool) or not isinstance(claims[name], int | float)):
+            raise AuthError(401, f"invalid token: {name} must be a number (seconds since the epoch), not a string")
+    expires_at = float(claims["exp"])
+    lifetime = expires_at - float(claims.get("iat", time.time()))
+    remaining = expires_at - time.time()
+    if max(lifetime, remaining) > settings.jwt_max_ttl_s + _LEEWAY_S:
+        raise AuthError(
+            401,
+            f"invalid token: it lives {max(lifetime, remaining):.0f} s; at most {settings.jwt_max_ttl_s} s are "
+            "accepted (MEMWRIGHT_JWT_MAX_TTL_S): mint a shorter-lived token",
+        )
+    return Principal(claims["sub"], frozenset(str(claims.get("scope", "")).split())), expires_at
 
 
 def authorize(settings: AuthSettings, request: web.Request, scope: str, user_id: str | None = None) -> Principal:

@@ -125,8 +125,9 @@ API_CONTEXT_READS = Counter(
 # the alert on failed runs would miss the first failures. (tests/unit/test_metrics_labels.py
 # checks that the code only uses these values.)
 KNOWN_LABELS: dict[Counter | Histogram, tuple[str, ...]] = {
-    INGEST_REQUESTS: ("202", "400", "401", "403", "413", "503"),
-    INGEST_REJECTIONS: ("auth", "too_large", "not_json", "invalid", "forbidden"),
+    INGEST_REQUESTS: ("202", "400", "401", "403", "413", "503")
+    + ("408", "429", "499", "500"),  # 499: the client hung up mid-body (nothing answered)
+    INGEST_REJECTIONS: ("auth", "too_large", "not_json", "invalid", "forbidden") + ("timeout", "quota"),
     SWEEPER_DLQ: ("not_json", "no_value", "schema_version", "key", "text", "required", "too_long", "schema")
     + ("write_failed",),  # refused by PostgreSQL at the window write (memwright.sweeping)
     SWEEPER_WRITE_FAILURES: ("unavailable", "content", "other"),

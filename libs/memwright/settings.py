@@ -105,9 +105,15 @@ class AuthSettings(BaseSettings):
     jwt_audience: str = "memwright"
     http_host: str = "127.0.0.1"
     http_port: int = 8080
+    jwt_max_ttl_s: int = 86_400  # tokens living longer (exp - iat, or exp - now) are refused, and not minted
+    body_read_timeout_s: float = 10.0  # a request body not read in full within this is answered 408
 
     def validate(self) -> None:
         super().validate()
+        if self.jwt_max_ttl_s < 1:
+            raise SettingsError(f"{PREFIX}JWT_MAX_TTL_S must be at least 1 (seconds)")
+        if not 0 < self.body_read_timeout_s <= 600:
+            raise SettingsError(f"{PREFIX}BODY_READ_TIMEOUT_S must be more than 0 and at most 600 (seconds)")
         if not self.jwt_secret and not self.jwt_jwks_file:
             raise SettingsError(
                 f"{PREFIX}JWT_SECRET is not set (nor {PREFIX}JWT_JWKS_FILE); export a secret of at least "
@@ -131,11 +137,19 @@ class IngestSettings(KafkaSettings, AuthSettings):
     # 0: each signal goes out at once (lowest latency); a few ms trade latency for fewer, fuller
     # Kafka requests and a higher ceiling (docs/benchmarks.md)
     producer_linger_ms: int = 0
+    # per user (the signals' user_id) and per ingest process, in fixed windows: beyond, 429 + Retry-After
+    ingest_quota_window_s: float = 60.0
+    ingest_quota_signals: int = 3000  # signals per user per window
+    ingest_quota_bytes: int = 4_194_304  # UTF-8 bytes of signal text per user per window
 
     def validate(self) -> None:
         super().validate()
         if not 0 <= self.producer_linger_ms <= 1000:
             raise SettingsError(f"{PREFIX}PRODUCER_LINGER_MS={self.producer_linger_ms} must be between 0 and 1000")
+        if not 1 <= self.ingest_quota_window_s <= 86_400:
+            raise SettingsError(f"{PREFIX}INGEST_QUOTA_WINDOW_S must be between 1 and 86400 (seconds)")
+        if self.ingest_quota_signals < 1 or self.ingest_quota_bytes < 1:
+            raise SettingsError(f"{PREFIX}INGEST_QUOTA_SIGNALS and {PREFIX}INGEST_QUOTA_BYTES must be at least 1")
 
 
 @dataclass(frozen=True)
@@ -240,6 +254,9 @@ class ApiSettings(PostgresSettings, AuthSettings):
     user_memory_limit: int = 100  # user-written memories per user; beyond it POST answers 409
     rate_limit_per_s: float = 20.0  # requests per second per token (token bucket, per api process)
     rate_limit_burst: int = 40  # requests a token may send at once before the rate applies
+    # a service token: the per-user rate above for each (service, user) pair, and this for the service in all
+    service_rate_limit_per_s: float = 2000.0
+    service_rate_limit_burst: int = 4000
     context_cache_users: int = 2048  # rendered context blocks kept per api process (LRU, one per user); 0: none
 
     def validate(self) -> None:
@@ -252,5 +269,9 @@ class ApiSettings(PostgresSettings, AuthSettings):
             raise SettingsError(f"{PREFIX}USER_MEMORY_LIMIT must be at least 1")
         if self.rate_limit_per_s <= 0 or self.rate_limit_burst < 1:
             raise SettingsError(f"{PREFIX}RATE_LIMIT_PER_S must be > 0 and {PREFIX}RATE_LIMIT_BURST at least 1")
+        if self.service_rate_limit_per_s <= 0 or self.service_rate_limit_burst < 1:
+            raise SettingsError(
+                f"{PREFIX}SERVICE_RATE_LIMIT_PER_S must be > 0 and {PREFIX}SERVICE_RATE_LIMIT_BURST at least 1"
+            )
         if self.context_cache_users < 0:
             raise SettingsError(f"{PREFIX}CONTEXT_CACHE_USERS must be 0 (no cache) or more")

@@ -1,7 +1,13 @@
-"""A per-token rate limit: one token bucket per bearer token, in this api process.
+"""The api's rate limits, keyed on the verified identity (never on the raw Authorization header, so
+re-spelling the header does not open a fresh bucket), one token bucket per key, in this process.
 
-With N api replicas a token can send up to N times the rate; the limit protects each
-process and the database from one runaway client, it is not a billing quota.
+- a user token: one bucket per user (`rate_limit_per_s`, `rate_limit_burst`);
+- a service token, which serves many users: one bucket per (service, user in the path) at the same
+  per-user rate, and one bucket for the service as a whole (`service_rate_limit_per_s`,
+  `service_rate_limit_burst`), so one service cannot flood the process either.
+
+With N api replicas a caller can send up to N times the rate; the limit protects each process and
+the database from one runaway client, it is not a billing quota.
 """
 
 from __future__ import annotations
@@ -11,6 +17,10 @@ import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from dataclasses import dataclass
+
+from memwright.auth import Principal
+from memwright.settings import ApiSettings
 
 
 class RateLimiter:
@@ -24,12 +34,12 @@ class RateLimiter:
         self._buckets: OrderedDict[str, tuple[float, float]] = OrderedDict()  # key -> (level, at)
 
     @staticmethod
-    def key(token: str) -> str:
-        return hashlib.sha256(token.encode()).hexdigest()[:32]  # the bearer token itself is never kept
+    def key(identity: str) -> str:
+        return hashlib.sha256(identity.encode()).hexdigest()[:32]  # fixed size, whatever the identity
 
-    def take(self, token: str) -> float:
-        """Spend one request of this token's bucket: 0 if allowed, else seconds until it would be."""
-        key = self.key(token)
+    def take(self, identity: str) -> float:
+        """Spend one request of this identity's bucket: 0 if allowed, else seconds until it would be."""
+        key = self.key(identity)
         now = self.clock()
         level, at = self._buckets.pop(key, (float(self.burst), now))
         level = min(float(self.burst), level + (now - at) * self.rate)
@@ -47,3 +57,38 @@ class RateLimiter:
     def retry_after(wait: float) -> str:
         """The Retry-After header value: whole seconds, at least 1."""
         return str(max(1, math.ceil(wait)))
+
+
+@dataclass(frozen=True)
+class Refusal:
+    wait: float
+    reason: str
+
+
+class RequestLimits:
+    """Which buckets a request spends, by who sent it (see the module docstring)."""
+
+    def __init__(self, settings: ApiSettings, clock: Callable[[], float] = time.monotonic) -> None:
+        self.per_user = RateLimiter(settings.rate_limit_per_s, settings.rate_limit_burst, clock=clock)
+        self.per_service = RateLimiter(
+            settings.service_rate_limit_per_s, settings.service_rate_limit_burst, clock=clock
+        )
+
+    def take(self, principal: Principal, user_id: str | None) -> Refusal | None:
+        """Spend one request; None if allowed, else how long to wait and why."""
+        if principal.is_service:
+            wait = self.per_service.take(principal.subject)
+            if wait > 0:
+                return Refusal(wait, f"rate limit of {self.per_service.rate:g} requests/s for {principal.subject}")
+            if user_id is None:
+                return None
+            wait = self.per_user.take(f"{principal.subject}\x00{user_id}")
+            if wait > 0:
+                return Refusal(
+                    wait, f"rate limit of {self.per_user.rate:g} requests/s for {principal.subject} on user {user_id}"
+                )
+            return None
+        wait = self.per_user.take(principal.subject)
+        if wait > 0:
+            return Refusal(wait, f"rate limit of {self.per_user.rate:g} requests/s for this user")
+        return None

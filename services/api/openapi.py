@@ -46,16 +46,23 @@ COMMON_ERRORS = {
     ),
     "403": _error("The token lacks the scope, or may not reach this user's data"),
     "429": _error(
-        "Too many requests with this token", {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}}
+        "Too many requests from this user, or from this service for this user or in all",
+        {"Retry-After": {"schema": {"type": "integer"}, "description": "Seconds"}},
     ),
 }
-BODY_ERRORS = {"413": _error("Request body larger than the limit")}
+BODY_ERRORS = {
+    "408": _error("The request body did not arrive in time (MEMWRIGHT_BODY_READ_TIMEOUT_S)"),
+    "413": _error("Request body larger than the limit"),
+}
 
 USER_ID = {
     "name": "user_id",
     "in": "path",
     "required": True,
-    "description": "The user's id: 1-128 letters, digits, _ . : @ -, starting with a letter or digit",
+    "description": (
+        "The user's id: 1-128 letters, digits, _ . : @ -, starting with a letter or digit; "
+        "not starting with `service:` (the prefix of service tokens' subjects)"
+    ),
     "schema": {"type": "string", "pattern": USER_ID_PATTERN},
 }
 MEMORY_ID = {

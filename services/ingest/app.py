@@ -14,10 +14,11 @@ import time
 import structlog
 from aiohttp import web
 from memwright import kafka, logs, metrics
-from memwright.auth import AuthError, authorize
+from memwright.auth import AuthError, authorize, is_user_id_reserved
 from memwright.events import InvalidSignal, Signal, parse_signal
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
 from memwright.producer import SignalProducer
+from memwright.quota import IngestQuota
 from memwright.settings import IngestSettings
 
 log = structlog.get_logger()
@@ -41,15 +42,28 @@ def parse_body(body: object, max_batch: int) -> list[Signal]:
         raise InvalidSignal("no signals in the request")
     if len(items) > max_batch:
         raise InvalidSignal(f"{len(items)} signals in one request; send at most {max_batch}")
-    return [parse_signal(item, i if len(items) > 1 else None) for i, item in enumerate(items)]
+    signals = [parse_signal(item, i if len(items) > 1 else None) for i, item in enumerate(items)]
+    for i, s in enumerate(signals):
+        if is_user_id_reserved(s.user_id):
+            raise InvalidSignal("user_id must not start with 'service:', the prefix of service tokens' subjects", i)
+    return signals
 
 
 def build_app(settings: IngestSettings, producer: SignalProducer) -> web.Application:
     produce_failing = logs.Condition("produce_failing")  # one line per ~30 s while Kafka is away, not one per request
+    quota = IngestQuota(settings.ingest_quota_window_s, settings.ingest_quota_signals, settings.ingest_quota_bytes)
 
     async def post_signals(request: web.Request) -> web.Response:
         started = time.monotonic()
-        response = await _handle(request)
+        try:
+            response = await _handle(request)
+        except ConnectionResetError:  # the client hung up mid-body: nobody to answer, nothing went wrong here
+            log.info("ingest_client_gone")
+            metrics.INGEST_REQUESTS.labels("499").inc()
+            return _json_error(400, "the client closed the connection before sending the whole body")
+        except Exception:  # counted like every other answer
+            log.exception("ingest_request_failed")
+            response = _json_error(500, "internal error; the ingest log has the details")
         metrics.INGEST_REQUESTS.labels(str(response.status)).inc()
         metrics.INGEST_LATENCY.observe(time.monotonic() - started)
         return response
@@ -64,12 +78,19 @@ def build_app(settings: IngestSettings, producer: SignalProducer) -> web.Applica
             metrics.INGEST_REJECTIONS.labels("too_large").inc()
             return _json_error(413, f"body larger than {settings.max_body_bytes} bytes")
         try:
-            raw = await request.read()
+            raw = await asyncio.wait_for(request.read(), settings.body_read_timeout_s)
             body = json.loads(raw)
         except web.HTTPRequestEntityTooLarge:
             metrics.INGEST_REJECTIONS.labels("too_large").inc()
             return _json_error(413, f"body larger than {settings.max_body_bytes} bytes")
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
+        except TimeoutError:
+            metrics.INGEST_REJECTIONS.labels("timeout").inc()
+            timeout = settings.body_read_timeout_s
+            return _json_error(408, f"the request body did not arrive within {timeout:g} s; send it at once")
+        except RecursionError:
+            metrics.INGEST_REJECTIONS.labels("not_json").inc()
+            return _json_error(400, "body is not JSON this service reads: nested too deeply")
+        except ValueError as exc:  # UnicodeDecodeError, JSONDecodeError, an integer over Python's 4,300 digits
             metrics.INGEST_REJECTIONS.labels("not_json").inc()
             return _json_error(400, f"body is not JSON: {exc}")
         try:
@@ -81,6 +102,14 @@ def build_app(settings: IngestSettings, producer: SignalProducer) -> web.Applica
         if foreign:
             metrics.INGEST_REJECTIONS.labels("forbidden").inc()
             return _json_error(403, f"token may not send signals for user {foreign[0]}")
+        exceeded = quota.take((s.user_id, len(s.text.encode("utf-8"))) for s in signals)
+        if exceeded is not None:
+            metrics.INGEST_REJECTIONS.labels("quota").inc()
+            return web.json_response(
+                {"error": exceeded.reason, "retry_after_s": exceeded.retry_after_s},
+                status=429,
+                headers={"Retry-After": str(exceeded.retry_after_s)},
+            )
         if not producer.ready:
             metrics.INGEST_PRODUCE_ERRORS.inc()
             return _json_error(503, "Kafka is unavailable; retry later", retry_after_s=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import jwt
 import pytest
-from memwright.auth import VERIFIED_TOKENS, AuthError, mint, new_rsa_keypair, verify
+from memwright.auth import VERIFIED_TOKENS, AuthError, is_user_id_reserved, mint, new_rsa_keypair, verify
 from memwright.settings import AuthSettings
 
 SETTINGS = AuthSettings(jwt_secret="k" * 40)
@@ -103,3 +103,48 @@ def test_the_remembered_tokens_are_bounded(monkeypatch: pytest.MonkeyPatch) -> N
     for i in range(20):
         verify(SETTINGS, "Bearer " + mint(SETTINGS, f"user{i}", []))
     assert len(VERIFIED_TOKENS._entries) == 5
+
+
+# ---- what a token may do and how long it may live ----------------------------------------
+
+
+def _signed(**claims: object) -> str:
+    base = {"sub": "alice", "scope": "admin", "iss": "memwright", "aud": "memwright", "exp": int(time.time()) + 60}
+    return "Bearer " + jwt.encode({**base, **claims}, "k" * 40, algorithm="HS256")
+
+
+def test_a_user_token_with_the_admin_scope_reaches_only_its_own_user() -> None:
+    admin_user = verify(SETTINGS, "Bearer " + mint(SETTINGS, "alice", ["admin"]))
+    assert admin_user.may_access("alice") and not admin_user.may_access("bob")
+    assert admin_user.has_scope("memories:read")  # admin stands for every scope, on its own data
+    assert verify(SETTINGS, "Bearer " + mint(SETTINGS, "service:ops", ["admin"])).may_access("bob")
+
+
+@pytest.mark.parametrize("claim", ["exp", "iat", "nbf"])
+def test_a_time_claim_as_a_numeric_string_is_refused(claim: str) -> None:
+    value = int(time.time()) + (60 if claim == "exp" else -60)
+    with pytest.raises(AuthError, match=f"{claim} must be a number"):
+        verify(SETTINGS, _signed(**{claim: str(value)}))
+
+
+def test_a_token_living_longer_than_the_cap_is_refused_and_cannot_be_minted() -> None:
+    capped = AuthSettings(jwt_secret="k" * 40, jwt_max_ttl_s=3600)
+    now = int(time.time())
+    assert verify(capped, _signed(iat=now, exp=now + 3600)).subject == "alice"
+    with pytest.raises(AuthError, match="MEMWRIGHT_JWT_MAX_TTL_S"):
+        verify(capped, _signed(iat=now - 10, exp=now + 3600 * 2))  # exp - iat over the cap
+    with pytest.raises(AuthError, match="MEMWRIGHT_JWT_MAX_TTL_S"):
+        verify(capped, _signed(exp=now + 365 * 86_400))  # no iat: exp - now over the cap
+    with pytest.raises(ValueError, match="MEMWRIGHT_JWT_MAX_TTL_S"):
+        mint(capped, "alice", [], ttl_seconds=3601)
+    assert (
+        AuthSettings.from_env({"MEMWRIGHT_JWT_SECRET": "k" * 40, "MEMWRIGHT_JWT_MAX_TTL_S": "600"}).jwt_max_ttl_s == 600
+    )
+
+
+def test_user_ids_starting_with_the_service_prefix_are_reserved() -> None:
+    assert (
+        is_user_id_reserved("service:chat")
+        and not is_user_id_reserved("servicedesk")
+        and not is_user_id_reserved("ana")
+    )
