@@ -128,9 +128,9 @@ async def test_paraphrases_score_higher_than_unrelated_requests() -> None:
     assert isinstance(embedder, CachedEmbedder) and (embedder.name, embedder.dim) == ("local-minilm", DIM)
     go, golang, oslo = await embedder.embed(SENTENCES[3:6])
     assert cosine(go, golang) > max(cosine(go, oslo), cosine(golang, oslo)) + 0.3
-    # the hashing embedder sees no shared word: that is why the agent needs the model
-    h_go, h_golang = HashingEmbedder().embed_sync(SENTENCES[3:5])
-    assert cosine(h_go, h_golang) < 0.1
+    # the hashing embedder sees words, not meaning: it ranks the weather closer (a shared "in")
+    h_go, h_golang, h_oslo = HashingEmbedder().embed_sync(SENTENCES[3:6])
+    assert cosine(h_golang, h_oslo) > cosine(h_go, h_golang)
 
 
 def test_batching_by_length_changes_neither_order_nor_values(minilm: LocalEmbedder) -> None:
