@@ -8,7 +8,9 @@ Users have 40 memories each (half agent-, half user-written, some longer than a 
 - closed-loop ceilings of the raw SELECT, the 200s, the 304s, and, on a second api process with
   the cache off (MEMWRIGHT_CONTEXT_CACHE_USERS=0), the 200s that read and render every preview;
 - how the api answered (memwright_api_context_reads_total on its ops port: not_modified, hit,
-  miss), so a figure for 304s or cached reads is known to be one.
+  miss), so a figure for 304s or cached reads is known to be one;
+- the api process's CPU time per answer (/proc/<pid>/stat), which a busy machine disturbs far
+  less than it disturbs rates and latencies.
 
 Only the api runs in this phase; it needs no Kafka.
 """
@@ -21,11 +23,12 @@ from typing import Any
 
 import aiohttp
 import asyncpg
+import yarl
 from memwright.settings import PostgresSettings
 
 from bench.harness import BenchStack
 from bench.loadgen import LoadResult, closed_loop, open_loop
-from bench.probes import rss_bytes
+from bench.probes import cpu_seconds, rss_bytes
 
 # the SELECT the api ran on every context read before the cache (memories.list_previews)
 RAW_SELECT = """SELECT memory_id, author, kind, text, version, updated_at FROM memories
@@ -72,10 +75,11 @@ def _api_sender(
 ) -> Callable[[int], Awaitable[int]]:
     auth = stack.auth()
     headers = {u: {**auth, **({"If-None-Match": etags[u]} if etags else {})} for u in _users(users)}
+    urls = {u: yarl.URL(f"{url}/v1/users/{u}/context", encoded=True) for u in _users(users)}  # parsed once
 
     async def send(i: int) -> int:
         user = _user(i, users)
-        async with http.get(f"{url}/v1/users/{user}/context", headers=headers[user]) as r:
+        async with http.get(urls[user], headers=headers[user]) as r:
             await r.read()
             return 1 if r.status == expect else 0
 
@@ -162,26 +166,48 @@ async def run(stack: BenchStack, cfg: ContextConfig, say: Callable[[str], None])
             for mode, send, rates in (("200", full, cfg.rates_200), ("304", conditional, cfg.rates_304)):
                 for rate in rates:
                     base = await open_loop(raw, rate, cfg.duration_s)
-                    before = await _reads(http, ops)
+                    before, cpu = await _reads(http, ops), cpu_seconds(pid)
                     got = await open_loop(send, rate, cfg.duration_s)
+                    cpu_ms = _per_answer(cpu_seconds(pid) - cpu, got)
                     answered = _delta(before, await _reads(http, ops))
                     rss_load = max(rss_load, rss_bytes(pid))
-                    say(_line(f"{mode}s @{rate:g} req/s", got, base) + f"   [api answered {answered}]")
-                    points.append({"mode": mode, "api": got.summary(), "raw": base.summary(), "answered": answered})
+                    say(_line(f"{mode}s @{rate:g} req/s", got, base) + f"   [api CPU {cpu_ms} ms each, {answered}]")
+                    points.append(
+                        {
+                            "mode": mode,
+                            "api": got.summary(),
+                            "raw": base.summary(),
+                            "answered": answered,
+                            "api_cpu_ms": cpu_ms,
+                        }
+                    )
             say(f"context: ceilings, closed loop with {cfg.ceiling_concurrency} concurrent clients")
             ceilings: dict[str, Any] = {}
             raw_ceiling = await closed_loop(raw, cfg.ceiling_concurrency, cfg.ceiling_s)
             ceilings["raw_select"] = {"rps": round(raw_ceiling.achieved_rps, 1), **_p(raw_ceiling)}
             nocache = _api_sender(http, uncached.url("api"), stack, cfg.users, None, 200)
-            for name, send in (("200", full), ("304", conditional), ("200_cache_off", nocache)):
-                before = await _reads(http, ops)
+            nocache_pid = uncached.procs["api"].pid
+            for name, send, api_pid in (
+                ("200", full, pid),
+                ("304", conditional, pid),
+                ("200_cache_off", nocache, nocache_pid),
+            ):
+                before, cpu = await _reads(http, ops), cpu_seconds(api_pid)
                 got = await closed_loop(send, cfg.ceiling_concurrency, cfg.ceiling_s)
+                cpu_ms = _per_answer(cpu_seconds(api_pid) - cpu, got)
                 answered = _delta(before, await _reads(http, ops))
                 ratio = got.achieved_rps / raw_ceiling.achieved_rps if raw_ceiling.achieved_rps else 0.0
-                ceilings[name] = {"rps": round(got.achieved_rps, 1), **_p(got), "ratio": round(ratio, 3)}
+                ceilings[name] = {
+                    "rps": round(got.achieved_rps, 1),
+                    **_p(got),
+                    "ratio": round(ratio, 3),
+                    "api_cpu_ms": cpu_ms,
+                }
                 if name != "200_cache_off":
                     ceilings[name]["answered"] = answered
-                note = f"api answered {answered}" if name != "200_cache_off" else "a second api, cache off"
+                note = f"api CPU {cpu_ms} ms each, " + (
+                    f"answered {answered}" if name != "200_cache_off" else "a second api, cache off"
+                )
                 say(
                     f"  {name + 's':<24} api {got.achieved_rps:,.0f} req/s (p99 {_p(got)['p99_ms']} ms)  vs  "
                     f"raw SELECT {raw_ceiling.achieved_rps:,.0f} req/s -> ratio {ratio:.2f}   [{note}]"
@@ -199,6 +225,10 @@ async def run(stack: BenchStack, cfg: ContextConfig, say: Callable[[str], None])
     finally:
         procs.stop()
         uncached.stop()
+
+
+def _per_answer(cpu_s: float, result: LoadResult) -> float | None:
+    return round(1000 * cpu_s / result.ok, 3) if result.ok else None
 
 
 def _p(result: LoadResult) -> dict[str, Any]:

@@ -44,6 +44,16 @@ def rss_bytes(pid: int) -> int:
     return 0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time a process has used so far (/proc/<pid>/stat), 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _hex_address(field_: str) -> tuple[str, int]:
     addr, port = field_.split(":")
     raw = bytes.fromhex(addr)

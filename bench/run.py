@@ -1,6 +1,6 @@
-"""`make bench`: every figure of issues 8 and 13 (the context read), each printed beside the baseline it is compared with
-(measured in the same run, on the same machine), and, as the last line, one JSON object
-with every figure.
+"""`make bench`: every figure of issues 8 and 13 (the context read), each printed beside the
+baseline it is compared with (measured in the same run, on the same machine), and, as the last
+line, one JSON object with every figure.
 
     eval "$(deploy/local/stack.sh env)"          # or let `make bench` start the stack
     .venv/bin/python -m bench.run                 # a few minutes
