@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def minilm() -> LocalEmbedder:
-    return LocalEmbedder()
+    return local_module.shared()
 
 
 def _norm(v: list[float]) -> float:
@@ -126,6 +126,8 @@ def test_the_vectors_reproduce_the_similarities_sentence_transformers_publishes(
 async def test_paraphrases_score_higher_than_unrelated_requests() -> None:
     embedder = await make_embedder(EmbedderSettings(embedder="local"))
     assert isinstance(embedder, CachedEmbedder) and (embedder.name, embedder.dim) == ("local-minilm", DIM)
+    assert embedder.inner is local_module.shared()  # one model per process, whoever asks
+    assert isinstance(embedder.inner, SyncEmbedder)
     go, golang, oslo = await embedder.embed(SENTENCES[3:6])
     assert cosine(go, golang) > max(cosine(go, oslo), cosine(golang, oslo)) + 0.3
     # the hashing embedder sees words, not meaning: it ranks the weather closer (a shared "in")

@@ -6,7 +6,8 @@
 - `test`: a deterministic embedder for tests.
 
 `make_embedder` picks one from the settings (MEMWRIGHT_EMBEDDER) and puts the LRU cache in
-front. The local and openai modules import their runtimes only when chosen.
+front. The local and openai modules import their runtimes only when chosen; the local model is
+loaded once per process (`local.shared()`), whoever asks for it.
 """
 
 from __future__ import annotations
@@ -45,9 +46,9 @@ async def make_embedder(settings: EmbedderSettings) -> CachedEmbedder:
         await remote.probe_dim()
         return CachedEmbedder(remote)
     if settings.embedder == "local":
-        from memwright.embeddings.local import LocalEmbedder
+        from memwright.embeddings import local
 
-        return CachedEmbedder(await asyncio.to_thread(LocalEmbedder, settings.embed_threads))
+        return CachedEmbedder(await asyncio.to_thread(local.shared, settings.embed_threads))
     if settings.embedder != "hashing":
         raise ValueError(f"MEMWRIGHT_EMBEDDER={settings.embedder!r}: choose 'hashing', 'openai' or 'local'")
     return CachedEmbedder(HashingEmbedder())

@@ -20,6 +20,7 @@ import json
 import os
 import sys
 import tempfile
+import threading
 import time
 import zipfile
 from pathlib import Path
@@ -170,6 +171,20 @@ class LocalEmbedder:
 
     async def embed(self, texts: list[str]) -> list[list[float]]:
         return await asyncio.to_thread(self.embed_sync, texts)  # CPU-bound: keep the event loop free
+
+
+_shared: dict[int, LocalEmbedder] = {}
+_shared_lock = threading.Lock()
+
+
+def shared(threads: int = 0) -> LocalEmbedder:
+    """The process's one local model, loaded on first use: the indexer's vectors, the agent's
+    similarity and a classifier head over the embedding share it instead of each holding the
+    weights (a few hundred MB) again."""
+    with _shared_lock:
+        if threads not in _shared:
+            _shared[threads] = LocalEmbedder(threads=threads)
+        return _shared[threads]
 
 
 def main() -> None:
