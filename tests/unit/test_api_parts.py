@@ -4,6 +4,7 @@ rate limiter, the OpenAPI document against the route table, RS256 with a JWKS fi
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import time
@@ -13,6 +14,8 @@ from typing import Any
 
 import jwt
 import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from memwright import metrics
 from memwright.auth import AuthError, mint, new_rsa_keypair, verify
 from memwright.cli import main as cli_main
 from memwright.services.api import context
@@ -20,6 +23,7 @@ from memwright.services.api.app import build_app, route_access
 from memwright.services.api.limits import RateLimiter
 from memwright.services.api.openapi import document
 from memwright.settings import ApiSettings, AuthSettings, SettingsError
+from structlog.testing import capture_logs
 
 SETTINGS = ApiSettings(jwt_secret="k" * 40, pg_dsn="unused")
 
@@ -227,3 +231,142 @@ def test_memwright_token_mints_hs256_and_rs256_tokens(
     assert code == 2 and "cannot use" in err and "RS256 private key" in err
     code, _, err = _cli(["token", "ana", "--scope", "everything"], capsys)
     assert code == 2 and "unknown scope" in err
+
+
+# ---- limits keyed on who the token verified as -----------------------------------------
+
+
+def _limited(**overrides: Any) -> ApiSettings:
+    return ApiSettings(jwt_secret="k" * 40, pg_dsn="unused", rate_limit_per_s=0.01, rate_limit_burst=3, **overrides)
+
+
+async def _statuses(client: TestClient, requests: list[tuple[str, str, dict[str, str]]]) -> list[int]:
+    out = []
+    for method, path, headers in requests:
+        async with client.request(method, path, headers=headers, json={}) as r:
+            out.append(r.status)
+            if r.status == 429:
+                assert int(r.headers["Retry-After"]) >= 1 and "retry in" in (await r.json())["error"]
+    return out
+
+
+async def test_a_user_has_one_rate_limit_however_the_header_is_spelled_or_how_many_tokens_it_holds() -> None:
+    settings = _limited()
+    token = mint(settings, "alice", ["memories:read"])
+    spellings = [f"Bearer {token}", f"Bearer  {token}", f"Bearer {token}   ", f"Bearer \t{token}"]
+    other_token = mint(settings, "alice", ["memories:read", "memories:write"], ttl_seconds=1800)
+    async with TestClient(TestServer(build_app(settings, None))) as client:  # type: ignore[arg-type]
+        got = await _statuses(client, [("GET", "/v1/openapi.json", {"Authorization": h}) for h in spellings])
+        assert got == [200, 200, 200, 429]
+        got = await _statuses(client, [("GET", "/v1/openapi.json", {"Authorization": f"Bearer {other_token}"})])
+        assert got == [429]  # the same user with another token: the same bucket
+        bob = {"Authorization": "Bearer " + mint(settings, "bob", ["memories:read"])}
+        assert await _statuses(client, [("GET", "/v1/openapi.json", bob)]) == [200]
+
+
+async def test_a_service_token_is_limited_per_user_it_serves_and_in_all() -> None:
+    settings = _limited(service_rate_limit_per_s=0.01, service_rate_limit_burst=8)
+    service = {"Authorization": "Bearer " + mint(settings, "service:chat", ["memories:write"])}
+    async with TestClient(TestServer(build_app(settings, None))) as client:  # type: ignore[arg-type]
+        # POST with an empty body: past the limits it is a 400 (text is required), before any database call
+        alice = [("POST", "/v1/users/alice/memories", service)] * 4
+        assert await _statuses(client, alice) == [400, 400, 400, 429]  # the per-user rate, for this service
+        others = [("POST", f"/v1/users/user{i}/memories", service) for i in range(5)]
+        assert await _statuses(client, others) == [400, 400, 400, 400, 429]  # the service's own budget: 8 in all
+        async with client.post("/v1/users/user9/memories", headers=service, json={}) as r:
+            assert r.status == 429 and "service:chat" in (await r.json())["error"]
+
+
+async def test_a_user_id_with_the_service_prefix_is_refused_and_an_admin_user_token_reaches_only_its_user() -> None:
+    admin_user = {"Authorization": "Bearer " + mint(SETTINGS, "alice", ["admin"])}
+    service = {"Authorization": "Bearer " + mint(SETTINGS, "service:chat", ["admin"])}
+    async with TestClient(TestServer(build_app(SETTINGS, None))) as client:  # type: ignore[arg-type]
+        async with client.post("/v1/users/service:billing/memories", headers=service, json={}) as r:
+            assert r.status == 400 and "must not start with 'service:'" in (await r.json())["error"]
+        for method, path in [("POST", "/v1/users/bob/memories"), ("GET", "/v1/users/bob/export")]:
+            async with client.request(method, path, headers=admin_user, json={}) as r:
+                assert r.status == 403, (method, path)
+        async with client.post("/v1/users/alice/memories", headers=admin_user, json={}) as r:
+            assert r.status == 400  # its own user: through to the handler
+
+
+# ---- bodies: never a 5xx -----------------------------------------------------------------
+
+
+def _api_counted(route: str) -> dict[str, float]:
+    samples = {}
+    for metric in metrics.API_REQUESTS.collect():
+        for s in metric.samples:
+            if s.name.endswith("_total") and s.labels["route"] == route:
+                samples[s.labels["code"]] = s.value
+    return samples
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "body", "expected"),
+    [
+        ("POST", "/v1/users/alice/memories", b'{"text": ' + b"1" * 5000 + b"}", "body is not JSON"),
+        ("POST", "/v1/users/alice/memories", b'{"text": "x", "kind": ' + b"7" * 4301 + b"}", "body is not JSON"),
+        ("PATCH", f"/v1/users/alice/memories/{uuid.uuid4()}", b'{"kind": ' + b"9" * 10_000 + b"}", "body is not JSON"),
+        ("POST", "/v1/users/alice/memories", b"[" * 15_000 + b"]" * 15_000, "nested too deeply"),
+        ("PATCH", f"/v1/users/alice/memories/{uuid.uuid4()}", b'{"text": ' * 5000 + b"1" + b"}" * 5000, "nested"),
+    ],
+)
+async def test_over_long_integers_and_deep_nesting_in_a_body_are_a_400(
+    method: str, path: str, body: bytes, expected: str
+) -> None:
+    settings = ApiSettings(jwt_secret="k" * 40, pg_dsn="unused", max_body_bytes=100_000)
+    auth = {
+        "Authorization": "Bearer " + mint(settings, "alice", ["memories:write"]),
+        "Content-Type": "application/json",
+    }
+    async with TestClient(TestServer(build_app(settings, None))) as client:  # type: ignore[arg-type]
+        async with client.request(method, path, data=body, headers=auth) as r:
+            assert r.status == 400 and expected in (await r.json())["error"]
+
+
+async def _raw(client: TestClient, head: bytes, body: bytes, hang_up: bool) -> bytes:
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(head + body)
+    await writer.drain()
+    if hang_up:
+        await asyncio.sleep(0.05)
+        writer.close()
+        return b""
+    answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    writer.close()
+    return answer
+
+
+def _post_head(token: str, length: int) -> bytes:
+    return (
+        f"POST /v1/users/alice/memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n"
+    ).encode()
+
+
+async def test_a_client_that_hangs_up_mid_body_is_counted_as_499_and_not_logged_as_an_error() -> None:
+    route = "/v1/users/{user_id}/memories"
+    token = mint(SETTINGS, "alice", ["memories:write"])
+    async with TestClient(TestServer(build_app(SETTINGS, None))) as client:  # type: ignore[arg-type]
+        before = _api_counted(route)
+        with capture_logs() as logged:
+            await _raw(client, _post_head(token, 1000), b'{"text": "I pre', hang_up=True)
+            for _ in range(100):
+                if _api_counted(route) != before:
+                    break
+                await asyncio.sleep(0.02)
+        after = _api_counted(route)
+    assert after.get("499", 0) - before.get("499", 0) == 1
+    assert after.get("500", 0) == before.get("500", 0)
+    assert [e["event"] for e in logged] == ["api_client_gone"] and logged[0]["log_level"] == "info"
+
+
+async def test_a_body_that_does_not_arrive_in_time_is_a_408() -> None:
+    settings = ApiSettings(jwt_secret="k" * 40, pg_dsn="unused", body_read_timeout_s=0.3)
+    token = mint(settings, "alice", ["memories:write"])
+    async with TestClient(TestServer(build_app(settings, None))) as client:  # type: ignore[arg-type]
+        started = time.monotonic()
+        answer = await _raw(client, _post_head(token, 1000), b'{"text": "I pre', hang_up=False)
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert time.monotonic() - started < 5
