@@ -267,6 +267,11 @@ async def test_the_users_own_memories_are_limited_with_a_clear_409(db: asyncpg.P
         ("GET", "/v1/users/al%20ice/memories", None, {}, "user_id must be"),
         ("GET", "/v1/users/" + "a" * 129 + "/memories", None, {}, "user_id must be"),
         ("GET", "/v1/users/alice%0A/memories", None, {}, "user_id must be"),
+        ("GET", "/v1/users/service:chat/memories", None, {}, "must not start with 'service:'"),
+        ("POST", "/v1/users/alice/memories", '{"text": ' + "1" * 4301 + "}", {}, "body is not JSON"),
+        ("POST", "/v1/users/alice/memories", '{"text": "x", "kind": ' + "1" * 4301 + "}", {}, "body is not JSON"),
+        ("PATCH", f"/v1/users/alice/memories/{uuid.uuid4()}", '{"text": ' + "1" * 4301 + "}", {}, "not JSON"),
+        ("PATCH", f"/v1/users/alice/memories/{uuid.uuid4()}", '{"kind": ' + "1" * 4301 + "}", {}, "not JSON"),
     ],
 )
 async def test_bad_input_is_a_400_that_says_what_to_fix(
@@ -298,11 +303,11 @@ async def test_a_body_over_the_limit_is_a_413(api: Api) -> None:
         assert r.status == 413
 
 
-async def test_each_token_has_its_own_rate_limit_and_429_says_when_to_retry(db: asyncpg.Pool) -> None:
+async def test_each_user_has_one_rate_limit_whatever_its_tokens_and_429_says_when_to_retry(db: asyncpg.Pool) -> None:
     settings = ApiSettings(jwt_secret=JWT_SECRET, pg_dsn="unused", rate_limit_per_s=0.5, rate_limit_burst=3)
     async with TestClient(TestServer(build_app(settings, db))) as client:
         api = Api(client, settings)
-        first = api.auth("alice", "memories:read")  # tokens minted in the same second with the same claims are equal
+        first = api.auth("alice", "memories:read")
         statuses = []
         for _ in range(4):
             async with client.get("/v1/users/alice/memories", headers=first) as r:
@@ -310,9 +315,24 @@ async def test_each_token_has_its_own_rate_limit_and_429_says_when_to_retry(db: 
                 retry = r.headers.get("Retry-After")
         assert statuses == [200, 200, 200, 429]
         assert retry == "2"  # one request refills in 1 / 0.5 s
+        respelled = {"Authorization": first["Authorization"].replace("Bearer ", "Bearer     ")}
         second = api.auth("alice", "memories:read", "memories:write")
-        async with client.get("/v1/users/alice/memories", headers=second) as r:
-            assert r.status == 200  # another token of the same user has its own bucket
+        for headers in (respelled, second):  # a new spelling of the header or another token: the same user
+            async with client.get("/v1/users/alice/memories", headers=headers) as r:
+                assert r.status == 429 and "for this user" in (await r.json())["error"]
+        async with client.get("/v1/users/bob/memories", headers=api.auth("bob", "memories:read")) as r:
+            assert r.status == 200  # another user has their own bucket
+
+
+async def test_a_service_serving_many_users_is_limited_per_user_not_as_one_token(db: asyncpg.Pool) -> None:
+    settings = ApiSettings(jwt_secret=JWT_SECRET, pg_dsn="unused", rate_limit_per_s=0.5, rate_limit_burst=3)
+    service = {"Authorization": "Bearer " + mint(settings, "service:chat", ["memories:read"])}
+    async with TestClient(TestServer(build_app(settings, db))) as client:
+        statuses = []
+        for i in range(40):  # 40 users, once each: far beyond one token's 3, within each user's
+            async with client.get(f"/v1/users/user{i}/context", headers=service) as r:
+                statuses.append(r.status)
+        assert statuses == [200] * 40
 
 
 # ---- export and erasure ----------------------------------------------------------------

@@ -60,6 +60,8 @@ def _bad_tokens(settings: AuthSettings, tmp: Path) -> dict[str, str]:
         "RS256 unknown key": jwt.encode(good, other_pem.decode(), algorithm="RS256", headers={"kid": "k1"}),
         "RS256 unknown kid": jwt.encode(good, (tmp / "k1.pem").read_text(), algorithm="RS256", headers={"kid": "k2"}),
         "tampered": _tamper(mint(settings, ALICE, list(SCOPES))),
+        "exp as a string": jwt.encode({**good, "exp": str(now + 600)}, JWT_SECRET, algorithm="HS256"),
+        "lives a year": jwt.encode({**good, "iat": now, "exp": now + 365 * 86_400}, JWT_SECRET, algorithm="HS256"),
         "garbage": "not-a-jwt",
     }
 
@@ -128,6 +130,8 @@ async def test_every_api_route_refuses_missing_bad_and_foreign_tokens_and_admits
         if "{user_id}" in canonical:
             mallory = mint(settings, MALLORY, NON_ADMIN)
             assert await _status(client, method, path, mallory, body) == 403, f"{where}: another user's token"
+            mallory_admin = mint(settings, MALLORY, ["admin"])  # admin is honoured for service tokens only
+            assert await _status(client, method, path, mallory_admin, body) == 403, f"{where}: a user's admin token"
 
         right = mint(settings, ALICE, NON_ADMIN)
         status = await _status(client, method, path, right, body)
@@ -164,7 +168,7 @@ async def test_a_route_added_without_an_access_policy_is_refused_even_with_an_ad
 
 
 class _NoKafka:
-    producer = None
+    ready = False  # SignalProducer.ready: Kafka is not reachable
 
 
 async def test_every_ingest_route_refuses_missing_bad_and_foreign_tokens(tmp_path: Path) -> None:
@@ -188,5 +192,7 @@ async def test_every_ingest_route_refuses_missing_bad_and_foreign_tokens(tmp_pat
             assert await _status(client, method, path, reader, signal) == 403, "lacks signals:write"
             mallory = mint(settings, MALLORY, ["signals:write"])
             assert await _status(client, method, path, mallory, signal) == 403, "another user's signal"
+            mallory_admin = mint(settings, MALLORY, ["admin"])
+            assert await _status(client, method, path, mallory_admin, signal) == 403, "a user's admin token"
             right = mint(settings, ALICE, ["signals:write"])
             assert await _status(client, method, path, right, signal) == 503  # past auth; Kafka is absent here
