@@ -51,11 +51,11 @@ def _problem(obj: dict[str, Any]) -> str | None:
             return f"signal: {name!r} is a required property"
     extra = obj.keys() - _PROPERTIES
     if extra:
-        names = ", ".join(map(repr, sorted(extra)))
+        names = _show(", ".join(map(repr, sorted(extra))), quote=False)
         return f"signal: unknown field {names} (version {SIGNAL_SCHEMA_VERSION} has no such field)"
     version = obj["schema_version"]
     if isinstance(version, bool) or not isinstance(version, int | float) or version != SIGNAL_SCHEMA_VERSION:
-        return f"schema_version must be {SIGNAL_SCHEMA_VERSION}, got {version!r}"
+        return f"schema_version must be {SIGNAL_SCHEMA_VERSION}, got {_show(version)}"
     for name in _ID_FIELDS:
         if name not in obj:
             continue
@@ -77,11 +77,17 @@ def _problem(obj: dict[str, Any]) -> str | None:
         what = "U+0000 (NUL)" if char == "\0" else f"a lone surrogate U+{ord(char):04X}"
         return f"text holds {what} at character {unstorable.start()}, which PostgreSQL cannot store; remove it"
     if "role" in obj and obj["role"] not in _ROLES:
-        return f"role must be one of {', '.join(map(repr, _ROLES))}, got {obj['role']!r}"
+        return f"role must be one of {', '.join(map(repr, _ROLES))}, got {_show(obj['role'])}"
     for name in _TIME_FIELDS:
         if name in obj and not isinstance(obj[name], str):
             return f"{name} must be a string (RFC 3339), got {_json_type(obj[name])}"
     return None
+
+
+def _show(value: object, limit: int = 80, quote: bool = True) -> str:
+    """A value for a reason, bounded: reasons go back in 400 answers and into dead-letter records."""
+    text = repr(value) if quote else str(value)
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
 
 
 def _json_type(value: object) -> str:
@@ -93,13 +99,14 @@ def _parse_time(value: str, name: str) -> datetime:
     try:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidSignal(f"{name} must be an RFC 3339 timestamp, got {value!r}") from None
+        raise InvalidSignal(f"{name} must be an RFC 3339 timestamp, got {_show(value)}") from None
     if parsed.tzinfo is None:
-        raise InvalidSignal(f"{name} must include a timezone offset, got {value!r}")
+        raise InvalidSignal(f"{name} must include a timezone offset, got {_show(value)}")
     try:
         parsed.astimezone(UTC)  # PostgreSQL stores it in UTC: 0001-01-01T00:00+01:00 has no such instant
     except OverflowError:
-        raise InvalidSignal(f"{name} must be an RFC 3339 timestamp within years 1-9999 in UTC, got {value!r}") from None
+        reason = f"{name} must be an RFC 3339 timestamp within years 1-9999 in UTC, got {_show(value)}"
+        raise InvalidSignal(reason) from None
     return parsed
 
 

@@ -25,7 +25,7 @@ import asyncio
 import base64
 import json
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -87,36 +87,63 @@ def describe(exc: BaseException, limit: int = 300) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
-def dead_letter_record(
+REASON_MAX_CHARS = 1000
+DLQ_RECORD_MAX_BYTES = 900_000  # below faust's max request size and Kafka's message size (both 1 MB)
+DLQ_PART_BYTES = 600_000  # a larger record travels in parts of this many bytes (base64: 800 kB)
+
+
+def dead_letter_records(
     reason: str, key: bytes | None, value: bytes | None, topic: str, partition: int, offset: int
-) -> bytes:
+) -> list[bytes]:
     """The dead-letter record: the reason and the original record, byte for byte (its value and key
-    as text when they are UTF-8, else as {"base64": ...})."""
-
-    def text(raw: bytes | None) -> Any:
-        if raw is None:
-            return None
-        try:
-            return raw.decode()
-        except UnicodeDecodeError:
-            return {"base64": base64.b64encode(raw).decode()}
-
-    return json.dumps(
-        {
-            "reason": reason,
-            "topic": topic,
-            "partition": partition,
-            "offset": offset,
-            "key": text(key),
-            "value": text(value),
-            "failed_at": datetime.now(UTC).isoformat(),
-        }
+    as text when they are UTF-8, else as {"base64": ...}). JSON escaping can make it larger than
+    Kafka takes, though the original fitted: then it goes in parts ({"part": i, "parts": n,
+    "record_base64": ...}, same key, so in order on one partition); `read_dead_letters` joins them."""
+    if len(reason) > REASON_MAX_CHARS:
+        reason = reason[: REASON_MAX_CHARS - 1] + "…"
+    where = {"reason": reason, "topic": topic, "partition": partition, "offset": offset}
+    record = json.dumps(
+        {**where, "key": _text(key), "value": _text(value), "failed_at": datetime.now(UTC).isoformat()}
     ).encode()
+    if len(record) <= DLQ_RECORD_MAX_BYTES:
+        return [record]
+    pieces = [record[i : i + DLQ_PART_BYTES] for i in range(0, len(record), DLQ_PART_BYTES)]
+    return [
+        json.dumps({**where, "part": n, "parts": len(pieces), "record_base64": base64.b64encode(p).decode()}).encode()
+        for n, p in enumerate(pieces, 1)
+    ]
 
 
-def original_value(record: bytes) -> bytes | None:
+def _text(raw: bytes | None) -> Any:
+    if raw is None:
+        return None
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        return {"base64": base64.b64encode(raw).decode()}
+
+
+def read_dead_letters(values: Iterable[bytes]) -> list[dict[str, Any]]:
+    """Dead-letter records as consumed from the topic, in order, with parts joined into their record."""
+    records: list[dict[str, Any]] = []
+    parts: dict[tuple[str, int, int], list[bytes]] = {}
+    for raw in values:
+        obj = json.loads(raw)
+        if "record_base64" not in obj:
+            records.append(obj)
+            continue
+        pieces = parts.setdefault((obj["topic"], obj["partition"], obj["offset"]), [])
+        if obj["part"] == 1:
+            pieces.clear()  # a redelivered record starts again
+        pieces.append(base64.b64decode(obj["record_base64"]))
+        if obj["part"] == obj["parts"] == len(pieces):
+            records.append(json.loads(b"".join(pieces)))
+    return records
+
+
+def original_value(record: dict[str, Any]) -> bytes | None:
     """The original record's value from a dead-letter record: exactly the bytes that were consumed."""
-    value = json.loads(record)["value"]
+    value = record["value"]
     if value is None:
         return None
     return base64.b64decode(value["base64"]) if isinstance(value, dict) else str(value).encode()

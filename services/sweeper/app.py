@@ -24,7 +24,14 @@ from memwright import kafka, logs, metrics
 from memwright.events import InvalidSignal, decode_signal
 from memwright.ops import Readiness, ops_app, start_site
 from memwright.settings import SweeperSettings
-from memwright.sweeping import DRAIN_SECONDS, Sweeper, dead_letter_record, describe
+from memwright.sweeping import (
+    DRAIN_SECONDS,
+    RETRY_FIRST_SECONDS,
+    RETRY_MAX_SECONDS,
+    Sweeper,
+    dead_letter_records,
+    describe,
+)
 from memwright.sweeping import reason_label as _reason_label
 
 __all__ = ["Sweeper", "_reason_label", "build_app", "main"]
@@ -57,9 +64,21 @@ def build_app(settings: SweeperSettings) -> faust.App:
 
     async def dead_letter(event: Any, reason: str) -> None:
         msg = event.message
-        record = dead_letter_record(reason, event.key, event.value, msg.topic, msg.partition, msg.offset)
-        fut = await dlq.send(key=event.key, value=record)
-        await fut  # the DLQ record is acknowledged before the bad record's offset moves on
+        records = dead_letter_records(reason, event.key, event.value, msg.topic, msg.partition, msg.offset)
+        futures = [await dlq.send(key=event.key, value=record) for record in records]
+        await asyncio.gather(*futures)  # the DLQ record is acknowledged before the bad record's offset moves on
+
+    async def dead_letter_until_sent(event: Any, reason: str) -> None:
+        """Kafka refusing the dead-letter record must not crash the agent (faust would restart it on
+        the same record): try again, with a backoff, while the record's offset waits."""
+        delay = RETRY_FIRST_SECONDS
+        while True:
+            try:
+                return await dead_letter(event, reason)
+            except Exception as exc:
+                log.warning("dead_letter_failed", error=describe(exc), retry_in=delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, RETRY_MAX_SECONDS)
 
     sweeper = Sweeper(settings, dead_letter)
     readiness = Readiness()
@@ -79,7 +98,7 @@ def build_app(settings: SweeperSettings) -> faust.App:
                     raise InvalidSignal(f"record key {event.key!r} does not match user_id {signal.user_id!r}")
             except Exception as exc:  # InvalidSignal, or anything else a record can provoke: never stop here
                 reason = exc.reason if isinstance(exc, InvalidSignal) else f"unreadable record: {describe(exc)}"
-                await dead_letter(event, reason)
+                await dead_letter_until_sent(event, reason)
                 event.ack()
                 metrics.SWEEPER_DLQ.labels(_reason_label(reason)).inc()
                 log.warning("dead_lettered", reason=reason, partition=msg.partition, offset=msg.offset)

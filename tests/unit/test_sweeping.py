@@ -8,7 +8,16 @@ import json
 import asyncpg
 import pytest
 from memwright import metrics
-from memwright.sweeping import dead_letter_record, describe, failure_kind, original_value, reason_label
+from memwright.sweeping import (
+    DLQ_RECORD_MAX_BYTES,
+    REASON_MAX_CHARS,
+    dead_letter_records,
+    describe,
+    failure_kind,
+    original_value,
+    read_dead_letters,
+    reason_label,
+)
 
 
 @pytest.mark.parametrize(
@@ -39,12 +48,27 @@ def test_a_failed_write_is_the_datas_fault_only_when_postgresql_refuses_the_data
     "value", [b'{"text":"caf\xc3\xa9"}', b"\xff\xfe not utf-8", b"\xed\xa0\x80 encoded surrogate", b"", None]
 )
 def test_a_dead_letter_record_keeps_the_reason_and_the_original_bytes(value: bytes | None) -> None:
-    record = dead_letter_record("PostgreSQL cannot store this signal: x", b"u1", value, "memory.signals", 2, 41)
+    [record] = dead_letter_records("PostgreSQL cannot store this signal: x", b"u1", value, "memory.signals", 2, 41)
     obj = json.loads(record)
     assert (obj["reason"], obj["topic"], obj["partition"], obj["offset"], obj["key"]) == (
         "PostgreSQL cannot store this signal: x", "memory.signals", 2, 41, "u1",
     )  # fmt: skip
-    assert original_value(record) == value
+    assert original_value(obj) == value
+
+
+@pytest.mark.parametrize(
+    "value",
+    [b'{"text":' * 110_000 + b"1" + b"}" * 110_000, bytes(range(256)) * 3900, b"\x01" * 999_000],
+    ids=["quotes-double-when-escaped", "not-utf-8", "control-characters-grow-sixfold"],
+)
+def test_a_record_kafka_took_is_dead_lettered_whole_though_its_escaped_form_would_not_fit(value: bytes) -> None:
+    # before: one JSON record of 1.1 MB, refused by the producer; the sweeper's agent crashed on it, again and again
+    assert len(value) < 1_000_000
+    records = dead_letter_records("value is not JSON: x" * 100, b"u1", value, "memory.signals", 0, 7)
+    assert len(records) > 1 and all(len(r) <= DLQ_RECORD_MAX_BYTES for r in records)
+    [whole] = read_dead_letters(records)
+    assert original_value(whole) == value and len(whole["reason"]) == REASON_MAX_CHARS
+    assert read_dead_letters(records[:-1]) == [], "an incomplete record is not returned"
 
 
 def test_describe_bounds_what_asyncpg_quotes() -> None:
