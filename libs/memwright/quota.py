@@ -71,3 +71,10 @@ class IngestQuota:
         while len(self._used) > self.max_users:
             self._used.popitem(last=False)
         return None
+
+    def refund(self, usage: Iterable[tuple[str, int]]) -> None:
+        """Give back what `take` charged for signals that were not sent after all (in the same window)."""
+        for user_id, size in usage:
+            used = self._used.get(user_id)
+            if used is not None:
+                self._used[user_id] = (used[0], max(0, used[1] - 1), max(0, used[2] - size))

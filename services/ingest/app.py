@@ -102,7 +102,11 @@ def build_app(settings: IngestSettings, producer: SignalProducer) -> web.Applica
         if foreign:
             metrics.INGEST_REJECTIONS.labels("forbidden").inc()
             return _json_error(403, f"token may not send signals for user {foreign[0]}")
-        exceeded = quota.take((s.user_id, len(s.text.encode("utf-8"))) for s in signals)
+        if not producer.ready:
+            metrics.INGEST_PRODUCE_ERRORS.inc()
+            return _json_error(503, "Kafka is unavailable; retry later", retry_after_s=1)
+        usage = [(s.user_id, len(s.text.encode("utf-8"))) for s in signals]
+        exceeded = quota.take(usage)
         if exceeded is not None:
             metrics.INGEST_REJECTIONS.labels("quota").inc()
             return web.json_response(
@@ -110,12 +114,10 @@ def build_app(settings: IngestSettings, producer: SignalProducer) -> web.Applica
                 status=429,
                 headers={"Retry-After": str(exceeded.retry_after_s)},
             )
-        if not producer.ready:
-            metrics.INGEST_PRODUCE_ERRORS.inc()
-            return _json_error(503, "Kafka is unavailable; retry later", retry_after_s=1)
         try:
             await asyncio.wait_for(producer.send_many(signals), settings.produce_timeout_s)
         except Exception as exc:  # timeout or broker error: the client may retry (ids make it idempotent)
+            quota.refund(usage)  # a retry of what Kafka did not take is not charged twice
             metrics.INGEST_PRODUCE_ERRORS.inc()
             produce_failing.failed(error=repr(exc))
             return _json_error(503, "Kafka did not acknowledge in time; retry later", retry_after_s=1)

@@ -254,3 +254,15 @@ async def test_a_user_id_with_the_service_prefix_is_refused_and_a_user_admin_tok
         assert r.status == 400 and "must not start with 'service:'" in (await r.json())["error"]
         assert (await client.post("/v1/signals", json=_signal("bob"), headers=admin_user)).status == 403
         assert (await client.post("/v1/signals", json=_signal("alice"), headers=admin_user)).status == 202
+
+
+async def test_signals_kafka_did_not_take_are_not_charged_to_the_quota() -> None:
+    class Failing(AcceptingProducer):
+        async def send_many(self, signals: list[Signal]) -> int:
+            raise TimeoutError  # Kafka did not acknowledge in time
+
+    settings = IngestSettings(kafka_bootstrap="127.0.0.1:1", jwt_secret="k" * 40, ingest_quota_signals=2)
+    alice = {"Authorization": "Bearer " + mint(settings, "alice", ["signals:write"])}
+    async with TestClient(TestServer(build_app(settings, Failing()))) as client:  # type: ignore[arg-type]
+        statuses = [(await client.post("/v1/signals", json=_signal("alice"), headers=alice)).status for _ in range(5)]
+    assert statuses == [503] * 5  # retries of a failed produce never turn into 429s
