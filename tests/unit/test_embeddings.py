@@ -88,6 +88,17 @@ def test_the_model_package_is_pinned_in_the_install_and_holds_the_expected_weigh
         assert hashlib.sha256(z.read("model.safetensors")).hexdigest() == WEIGHTS_SHA256
 
 
+def test_batches_group_similar_lengths_and_never_pad_more_than_they_compute() -> None:
+    lengths = [12, 106, 9, 14, 11, 30, 10, 104]
+    groups = local_module.batches(lengths, size=3)
+    assert sorted(i for g in groups for i in g) == list(range(len(lengths)))
+    for g in groups:
+        assert len(g) <= 3
+        assert max(lengths[i] for i in g) * len(g) <= 2 * sum(lengths[i] for i in g)
+    assert [sorted(lengths[i] for i in g) for g in groups] == [[9, 10, 11], [12, 14, 30], [104, 106]]
+    assert local_module.batches([], 32) == []
+
+
 # ---- the local model --------------------------------------------------------------------
 SENTENCES = [
     "The weather is lovely today.",

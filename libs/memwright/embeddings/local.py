@@ -95,6 +95,22 @@ def _write_atomically(path: Path, data: bytes) -> bool:
         return False
 
 
+def batches(lengths: list[int], size: int) -> list[list[int]]:
+    """Indexes grouped by token length, at most `size` a batch, a new batch wherever padding
+    to the longest would compute more padding than tokens (one long message among short ones
+    would otherwise make every row as long as it)."""
+    out: list[list[int]] = []
+    chunk: list[int] = []
+    real = 0
+    for i in sorted(range(len(lengths)), key=lengths.__getitem__):
+        if chunk and (len(chunk) == size or lengths[i] * (len(chunk) + 1) > 2 * (real + lengths[i])):
+            out.append(chunk)
+            chunk, real = [], 0
+        chunk.append(i)
+        real += lengths[i]
+    return [*out, chunk] if chunk else out
+
+
 class LocalEmbedder:
     """all-MiniLM-L6-v2 through onnxruntime. Loading takes a moment (see `load_seconds`): make
     one per process and share it; `embed` runs the model in a worker thread."""
@@ -147,15 +163,12 @@ class LocalEmbedder:
         self.load_seconds = time.perf_counter() - started
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """[len(texts), 384] float32 unit vectors. Texts are batched by length so that little
-        padding is computed; the order of the result is the order of `texts`."""
+        """[len(texts), 384] float32 unit vectors, in the order of `texts`."""
         out = np.zeros((len(texts), self.dim), np.float32)
         if not texts:
             return out
         encodings = self.tokenizer.encode_batch(list(texts))
-        order = sorted(range(len(texts)), key=lambda i: len(encodings[i].ids))
-        for start in range(0, len(order), self.batch_size):
-            chunk = order[start : start + self.batch_size]
+        for chunk in batches([len(e.ids) for e in encodings], self.batch_size):
             width = max(len(encodings[i].ids) for i in chunk)
             ids = np.zeros((len(chunk), width), np.int64)
             mask = np.zeros((len(chunk), width), np.int64)
