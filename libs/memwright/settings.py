@@ -187,9 +187,14 @@ class CuratorSettings(PostgresSettings):
     llm_timeout_s: float = 30.0  # per chat completion
     llm_max_retries: int = 2  # by the openai client, on timeouts, 429 and 5xx
     llm_max_steps: int = 16  # model calls per run (the tool-call loop is bounded)
+    # pooled connections for snapshots, commits and stats, whatever the concurrency: a run holds
+    # none while its model thinks; the run locks live on one more, the liveness connection
+    pg_pool_max: int = 4
 
     def validate(self) -> None:
         super().validate()
+        if self.pg_pool_max < 1:
+            raise SettingsError(f"{PREFIX}PG_POOL_MAX must be at least 1 (pooled connections of the curator)")
         if self.policy not in {"rules", "llm"}:
             raise SettingsError(f"{PREFIX}POLICY must be 'rules' or 'llm', not {self.policy!r}")
         if self.policy == "llm" and not self.llm_base_url:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -234,7 +234,7 @@ async def commit_run(
     return len(tools.changes)
 
 
-async def start_run(conn: asyncpg.Connection, lease: Lease, policy: str) -> uuid.UUID:
+async def start_run(conn: asyncpg.Connection | asyncpg.Pool, lease: Lease, policy: str) -> uuid.UUID:
     """Record the run as running; it started when its lease was claimed (when known)."""
     run_id = uuid.uuid4()
     await conn.execute(
@@ -261,13 +261,23 @@ WHERE run_id = $1 AND (status = 'running' OR (status = 'abandoned' AND $2 = 'fen
 """
 
 
-async def fail_run(conn: asyncpg.Connection, run_id: uuid.UUID, status: str, error: str) -> None:
+async def fail_run(conn: asyncpg.Connection | asyncpg.Pool, run_id: uuid.UUID, status: str, error: str) -> None:
     """Record a run that did not commit: 'failed', or 'fenced' (its commit was refused)."""
     await conn.execute(FAIL_RUN, run_id, status, error[:2000])
 
 
+@contextlib.asynccontextmanager
+async def _borrowed(db: asyncpg.Connection | asyncpg.Pool) -> AsyncIterator[asyncpg.Connection]:
+    """A pooled connection for one step of the run, given back at once; or the caller's own."""
+    if isinstance(db, asyncpg.Pool):
+        async with db.acquire() as conn:
+            yield conn
+    else:
+        yield db
+
+
 async def run_agent(
-    conn: asyncpg.Connection,
+    db: asyncpg.Connection | asyncpg.Pool,
     lease: Lease,
     policy: Policy,
     run_id: uuid.UUID,
@@ -275,9 +285,12 @@ async def run_agent(
 ) -> tuple[int, MemoryTools]:
     """Run the policy over the user's new signals and commit; return (changes, tools).
 
+    Given a pool, the run borrows one connection for its snapshot and one for its commit and
+    holds none while the policy works (invariant 2: a run waiting on a model holds no connection).
     `lease_lost` (set by the curator's heartbeat) stops the policy at once with Fenced: its commit
     would be refused anyway, and an LLM policy would go on paying for completions until then."""
-    snapshot = await load_snapshot(conn, lease)
+    async with _borrowed(db) as conn:
+        snapshot = await load_snapshot(conn, lease)
     tools = MemoryTools(
         lease.user_id, snapshot.memories, snapshot.shown, lease.budget, snapshot.working, snapshot.deleted
     )
@@ -290,5 +303,6 @@ async def run_agent(
             "results": results[:50],
         }
     )
-    changes = await commit_run(conn, lease, run_id, tools, snapshot)
+    async with _borrowed(db) as conn:
+        changes = await commit_run(conn, lease, run_id, tools, snapshot)
     return changes, tools

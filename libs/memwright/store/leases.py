@@ -3,18 +3,24 @@
 Ownership of a user is its lease: the agents row (owner, epoch, expiry). A claim is ONE
 statement: it picks the user whose oldest waiting signal is the oldest (fairness) and
 whose lease is free or expired, bumps the lease epoch (the fencing token), extends the
-expiry and takes the run's advisory lock on the caller's connection, which the caller
-keeps for the whole run.
+expiry and takes the run's advisory lock on the caller's connection.
+
+A curator process makes its claims on its one long-lived `Liveness` connection, which so
+holds the advisory locks of all the process's runs. A run holds no connection of its own:
+it borrows a pooled one for its snapshot and another for its commit, and none while the
+model thinks (invariant 2: connections, not users, would otherwise limit scale).
 
 The advisory lock is keyed by (user, epoch), so it names one run. It says "this run's
-connection is alive": it dies with the connection (crash, kill -9, pg_terminate_backend),
-and a heartbeat renews the lease only while the run's connection still holds it.
+curator is alive": it dies with the liveness connection (crash, kill -9,
+pg_terminate_backend), and a heartbeat renews a lease only while that connection still
+holds the run's lock. When the liveness connection is lost, every run it held loses its
+lease (the curator stops them) and the next use opens a new one.
 
 An expired lease is taken over:
-- at once, when the run's lock is gone (its connection died: nothing of it can commit);
-- after one more lease length (the grace), when the run's connection still holds its lock
-  (a paused or partitioned curator). Its lock does not block the new run, whose lock has
-  a different key; the stale run's commit is refused by the epoch fence (agent/run.py).
+- at once, when the run's lock is gone (its curator's connection died: nothing of it can commit);
+- after one more lease length (the grace), when the lock is still held (a paused or
+  partitioned curator). Its lock does not block the new run, whose lock has a different
+  key; the stale run's commit is refused by the epoch fence (agent/run.py).
 A valid (unexpired) lease is never taken, whatever pg_locks says: pg_locks is read once
 per statement and is not transactional, so it only ever decides between "expired and
 dead" and "expired and silent", never whether a fresh lease is free.
@@ -22,10 +28,17 @@ dead" and "expired and silent", never whether a fresh lease is free.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import asyncpg
+
+from memwright.store.db import connect
+
+T = TypeVar("T")
 
 # The run's advisory lock, held by a connection with pid `pid` (or by anyone when pid is NULL).
 # Advisory locks with a bigint key show in pg_locks as classid (high 32 bits), objid (low 32 bits).
@@ -77,6 +90,23 @@ WHERE user_id = $1 AND lease_owner = $2 AND lease_epoch = $3
   AND {_RUN_LOCK_HELD.format(user="$1", epoch="$3", pid="$5")}
 RETURNING lease_expires_at
 """
+
+# The heartbeat of a whole curator process: one statement renews the leases of all its runs.
+RENEW_HELD = """
+WITH held AS MATERIALIZED (  -- the run locks this (liveness) connection holds, read once
+    SELECT (l.classid::bigint << 32) | l.objid::bigint AS key FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = pg_backend_pid()
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+)
+UPDATE agents a SET lease_expires_at = now() + make_interval(secs => $4)
+FROM unnest($2::text[], $3::bigint[]) AS r(user_id, epoch)
+WHERE a.user_id = r.user_id AND a.lease_owner = $1 AND a.lease_epoch = r.epoch
+  -- invariant 3: only runs whose lock this connection still holds (a lost connection renews nothing)
+  AND hashtextextended(r.user_id, r.epoch) IN (SELECT key FROM held)
+RETURNING a.user_id, a.lease_epoch
+"""
+
+UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, $2))"
 
 MARK_ABANDONED = """
 UPDATE curation_runs
@@ -137,7 +167,7 @@ async def claim_next(
     )
 
 
-async def mark_abandoned_runs(conn: asyncpg.Connection, lease: Lease) -> int:
+async def mark_abandoned_runs(conn: asyncpg.Connection | asyncpg.Pool, lease: Lease) -> int:
     """Runs still 'running' for a user we just claimed lost their lease (invariant 3)."""
     reason = lease.takeover or "lease released or expired"
     claimed_at = lease.claimed_at or datetime.now(UTC)
@@ -153,7 +183,7 @@ async def renew(conn: asyncpg.Connection | asyncpg.Pool, lease: Lease, lease_sec
 async def release(conn: asyncpg.Connection, lease: Lease) -> None:
     """Free the lease (if still ours) and the run's advisory lock held by this connection."""
     await conn.execute(RELEASE, lease.user_id, lease.owner, lease.epoch, 0.0)
-    await conn.execute("SELECT pg_advisory_unlock(hashtextextended($1, $2))", lease.user_id, lease.epoch)
+    await conn.execute(UNLOCK, lease.user_id, lease.epoch)
 
 
 async def release_for_retry(conn: asyncpg.Connection | asyncpg.Pool, lease: Lease, retry_after: float) -> None:
@@ -169,3 +199,133 @@ async def backlog_stats(conn: asyncpg.Connection | asyncpg.Pool) -> tuple[int, f
     )
     assert row is not None
     return int(row["users"]), float(row["age"])
+
+
+class LivenessLost(ConnectionError):
+    """The liveness connection is gone, and with it the advisory locks of all its runs."""
+
+
+class Liveness:
+    """A curator process's one long-lived connection: claims, heartbeats and releases.
+
+    It holds the advisory lock of every run the process claimed, so those locks die with the
+    process (quick takeover, invariant 3) while the runs themselves hold no connection. One
+    asyncpg connection runs one statement at a time: every use goes through one lock. When the
+    connection is found gone (pg_terminate_backend, a network loss, or `drop`), `on_lost(pid)`
+    is called once with the backend pid that held the locks, and the next use connects again.
+
+        async with Liveness(dsn, "memwright-curator-liveness c1", on_lost=stop_runs_of) as live:
+            lease = await live.claim("c1", lease_seconds=120)
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        application_name: str,
+        on_lost: Callable[[int], None] | None = None,
+        timeout: float = 30.0,
+    ) -> None:
+        self.dsn = dsn
+        self.application_name = application_name
+        self.on_lost = on_lost
+        self.timeout = timeout  # per statement; a renewal passes a shorter one
+        self._conn: asyncpg.Connection | None = None
+        self._lock = asyncio.Lock()
+        self._reported: asyncpg.Connection | None = None  # the connection whose loss was reported
+        self._closing = False
+
+    async def __aenter__(self) -> Liveness:
+        async with self._lock:
+            await self._connection()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def pid(self) -> int | None:
+        """The backend pid holding this process's run locks, or None while disconnected."""
+        conn = self._conn
+        return None if conn is None or conn.is_closed() else conn.get_server_pid()
+
+    async def close(self) -> None:
+        """Close the connection: every lock it holds is released with it."""
+        self._closing = True
+        async with self._lock:
+            if self._conn is not None and not self._conn.is_closed():
+                await self._conn.close(timeout=5)
+
+    def drop(self) -> None:
+        """Give the connection up (it stopped answering): its runs are lost, the next use reconnects."""
+        conn = self._conn
+        if conn is not None:
+            self._lost(conn)
+            conn.terminate()
+
+    async def claim(
+        self, owner: str, lease_seconds: float, grace_seconds: float | None = None, default_budget: int = 40
+    ) -> Lease | None:
+        """claim_next on the liveness connection: the run's lock is held by this process."""
+        return await self._use(lambda c: claim_next(c, owner, lease_seconds, grace_seconds, default_budget))
+
+    async def renew(self, owner: str, held: list[Lease], lease_seconds: float, timeout: float) -> set[tuple[str, int]]:
+        """Extend every lease in `held` in one statement; return the (user, epoch) still ours.
+
+        A lease claimed on a connection that is gone is never renewed (its lock died with it)."""
+
+        async def renew_all(conn: asyncpg.Connection) -> set[tuple[str, int]]:
+            mine = sorted((x.user_id, x.epoch) for x in held if x.pid == conn.get_server_pid())
+            if not mine:
+                return set()
+            rows = await conn.fetch(
+                RENEW_HELD, owner, [u for u, _ in mine], [e for _, e in mine], lease_seconds, timeout=timeout
+            )
+            return {(r["user_id"], r["lease_epoch"]) for r in rows}
+
+        return await self._use(renew_all)
+
+    async def release(self, lease: Lease, retry_after: float = 0.0) -> None:
+        """Free the lease if it is still ours (claimable again after `retry_after` s) and its lock."""
+
+        async def release_one(conn: asyncpg.Connection) -> None:
+            await conn.execute(RELEASE, lease.user_id, lease.owner, lease.epoch, retry_after)
+            if lease.pid == conn.get_server_pid():  # else the lock died with the connection it was on
+                await conn.execute(UNLOCK, lease.user_id, lease.epoch)
+
+        await self._use(release_one)
+
+    async def _use(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+        async with self._lock:
+            conn = await self._connection()
+            try:
+                return await asyncio.wait_for(work(conn), self.timeout)
+            except Exception as exc:
+                if conn.is_closed():
+                    self._lost(conn)
+                    raise LivenessLost(f"the curator's liveness connection was lost: {exc!r}") from exc
+                raise
+
+    async def _connection(self) -> asyncpg.Connection:
+        if self._conn is not None and not self._conn.is_closed():
+            return self._conn
+        if self._conn is not None:
+            self._lost(self._conn)
+        if self._closing:
+            raise LivenessLost("the liveness connection is closed")
+        conn = await asyncio.wait_for(
+            connect(self.dsn, server_settings={"application_name": self.application_name}), self.timeout
+        )
+        conn.add_termination_listener(self._terminated)
+        self._conn = conn
+        return conn
+
+    def _terminated(self, conn: asyncpg.Connection) -> None:
+        if conn is self._conn and not self._closing:
+            self._lost(conn)
+
+    def _lost(self, conn: asyncpg.Connection) -> None:
+        if conn is self._reported:
+            return
+        self._reported = conn
+        if self.on_lost is not None:
+            self.on_lost(conn.get_server_pid())
