@@ -72,6 +72,9 @@ async def test_sigterm_stops_a_sweeper_holding_signals_it_cannot_write_within_th
 
     await eventually(failing_writes, 90, "the sweeper to consume the signals and fail to write them")
     assert await _metric(procs, "memwright_sweeper_oldest_unwritten_window_seconds") > 0
+    async with aiohttp.ClientSession() as http, http.get(procs.ops_url("sweeper") + "/readyz") as r:
+        checks = (await r.json())["checks"]
+    assert r.status == 503 and checks["postgres"] is False and "windows_written" in checks  # true for 60 s
 
     proc = procs.procs["sweeper"]
     started = time.monotonic()
