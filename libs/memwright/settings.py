@@ -260,8 +260,8 @@ class ApiSettings(PostgresSettings, AuthSettings):
     rate_limit_per_s: float = 20.0  # requests per second per token (token bucket, per api process)
     rate_limit_burst: int = 40  # requests a token may send at once before the rate applies
     # a service token: the per-user rate above for each (service, user) pair, and this for the service in all
-    service_rate_limit_per_s: float = 2000.0
-    service_rate_limit_burst: int = 4000
+    service_rate_limit_per_s: float = 5000.0
+    service_rate_limit_burst: int = 10_000
     context_cache_users: int = 2048  # rendered context blocks kept per api process (LRU, one per user); 0: none
 
     def validate(self) -> None:
