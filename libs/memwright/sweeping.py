@@ -184,9 +184,12 @@ class Sweeper:
         self._pool_lock = asyncio.Lock()
         self._flushing = asyncio.Lock()  # the timer's ticks and the final drain never write at once
         self._writing: Window | None = None  # detached from the buffer while its write runs
+        self._closed = False
 
     async def pool(self) -> asyncpg.Pool:
         async with self._pool_lock:
+            if self._closed:
+                raise asyncpg.InterfaceError("the sweeper has stopped; its pool is closed")
             if self._pool is None:
                 self._pool = await create_pool(self.settings.pg_dsn, 1, self.settings.pg_pool_max)
             return self._pool
@@ -223,11 +226,13 @@ class Sweeper:
             log.warning("sweeper_drain_timed_out", seconds=timeout)
         left = sum(len(w.signals) for w in self.buffer.all())
         log.info("sweeper_drained", signals_left_unacked=left)
-        if self._pool is not None:
-            try:
-                await asyncio.wait_for(self._pool.close(), 2)
-            except (TimeoutError, Exception):
-                self._pool.terminate()
+        async with self._pool_lock:
+            self._closed = True  # a readiness probe during shutdown must not open a new pool
+            if self._pool is not None:
+                try:
+                    await asyncio.wait_for(self._pool.close(), 2)
+                except Exception:  # a write still holds a connection
+                    self._pool.terminate()
 
     async def _drain(self) -> None:
         async with self._flushing:
