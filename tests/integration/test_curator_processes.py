@@ -8,7 +8,15 @@ HTTP); the test plays the sweeper by writing windows with memwright.store.sweeps
 2. kill -9 in the middle of a run: recovered after the lease expires, data exactly as a clean run;
 3. SIGSTOP past the lease, then SIGCONT: the stale commit is refused and counted;
 4. skew: one user with 100x the signals of 50 others; every light user served in time and in turn;
-5. pg_terminate_backend on the run's connection: the lock frees, nothing commits, the user recovers.
+5. pg_terminate_backend on the liveness connection (it holds the run's lock): the lock frees,
+   nothing commits, the user recovers;
+6. the connections held: at concurrency 4, 16 and 64 against a 1 s model, a curator holds its
+   liveness connection and at most its pool (MEMWRIGHT_PG_POOL_MAX, 4), whatever the concurrency;
+7. the liveness connection terminated under several runs: all of them stop, the curator connects
+   again and recovers their users itself.
+
+A curator process holds one liveness connection (the advisory locks of all its runs) and a small
+pool; a run holds no connection while its model thinks (memwright.curation).
 """
 
 from __future__ import annotations
@@ -439,7 +447,7 @@ async def test_a_heavy_user_does_not_delay_light_users_beyond_their_turn(
     )
 
 
-# ---- 5. pg_terminate_backend on the run's connection ------------------------------------------
+# ---- 5. pg_terminate_backend on the liveness connection ---------------------------------------
 
 RUN_LOCK_HOLDER = """
 SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND objsubid = 1 AND granted
@@ -457,7 +465,8 @@ async def test_a_run_whose_connection_is_terminated_commits_nothing_and_its_user
     run = await eventually(lambda: _running(db, "victim", llm), timeout=20, what="the run inside its model call")
     holder = group.by_name(run["worker"])
     pid = await db.fetchval(RUN_LOCK_HOLDER, "victim", run["lease_epoch"])
-    assert pid is not None, "the run holds its advisory lock on its connection"
+    assert pid is not None, "the run's advisory lock is held on its curator's liveness connection"
+    assert pid == await _liveness_pid(db, holder.name)
     terminated_at = await db.fetchval("SELECT now()")
     assert await db.fetchval("SELECT pg_terminate_backend($1)", pid)
 
@@ -481,4 +490,100 @@ async def test_a_run_whose_connection_is_terminated_commits_nothing_and_its_user
         f"{first['status']}; {final['worker']} recovered the user "
         f"{(final['started_at'] - terminated_at).total_seconds():.2f}s later; "
         f"{len(data['memories'])} memories, all from the recovery run"
+    )
+
+
+# ---- 6. the connections held, at concurrency 4, 16 and 64 --------------------------------------
+
+CURATOR_CONNECTIONS = """
+SELECT count(*) FILTER (WHERE application_name LIKE 'memwright-curator %') AS pool,
+       count(*) FILTER (WHERE application_name LIKE 'memwright-curator-liveness %') AS liveness
+FROM pg_stat_activity WHERE datname = current_database() AND application_name LIKE $1
+"""
+
+
+async def _liveness_pid(db: asyncpg.Pool, worker: str) -> int | None:
+    return await db.fetchval(
+        "SELECT pid FROM pg_stat_activity WHERE application_name = $1", f"memwright-curator-liveness {worker}"
+    )
+
+
+@pytest.mark.parametrize("concurrency", [4, 16, 64])
+async def test_a_curator_holds_a_handful_of_connections_whatever_its_concurrency(
+    db: asyncpg.Pool, llm: FakeLlm, curators: Callable[..., Curators], concurrency: int
+) -> None:
+    users = [f"c{concurrency}-{i:03d}" for i in range(2 * concurrency)]  # two waves of runs
+    llm.push(*[brain(lambda _user, _n: 1.0)] * (2 * len(users) + 10))  # a 1 s model
+    for i, user in enumerate(users):  # all waiting before the curator starts: claims race nothing
+        await sweep(db, user, "Always answer in metric units.", ago=100 - i / 100)
+    group = curators(concurrency=concurrency, policy="llm", llm_base_url=llm.base_url)
+    (curator,) = await group.start(1)
+
+    peak = {"pool": 0, "liveness": 0, "runs": 0}
+    started = time.monotonic()
+    while not await _drained(db) and time.monotonic() - started < 60:
+        row = await db.fetchrow(CURATOR_CONNECTIONS, f"% {curator.name}")
+        running = await db.fetchval("SELECT count(*) FROM curation_runs WHERE status = 'running'")
+        peak = {
+            "pool": max(peak["pool"], row["pool"]),
+            "liveness": max(peak["liveness"], row["liveness"]),
+            "runs": max(peak["runs"], running),
+        }
+        await asyncio.sleep(0.05)
+    took = time.monotonic() - started
+
+    assert await _drained(db), "every user curated"
+    assert await db.fetchval("SELECT count(*) FROM curation_runs WHERE status <> 'committed'") == 0
+    # runs really waited on the model together, several times more of them than connections (on a busy
+    # machine a curator's CPU per run, not its connections, limits how many overlap at 64)
+    assert peak["runs"] >= min(concurrency, 16), peak
+    assert peak["liveness"] == 1 and peak["pool"] <= 4, peak  # a handful, not one per run
+    print(
+        f"\n[test 6] concurrency {concurrency}, 1 s model, {len(users)} users in {took:.1f}s: peak {peak['runs']} "
+        f"runs at once on {peak['pool'] + peak['liveness']} PostgreSQL connections (pool {peak['pool']}, "
+        f"liveness {peak['liveness']})"
+    )
+
+
+# ---- 7. the liveness connection terminated under several runs ------------------------------------
+
+
+async def test_a_terminated_liveness_connection_stops_all_its_runs_and_the_curator_recovers_them(
+    db: asyncpg.Pool, llm: FakeLlm, curators: Callable[..., Curators]
+) -> None:
+    llm.push(*[brain(lambda _user, _n: 2.0)] * 40)
+    group = curators(concurrency=4, policy="llm", llm_base_url=llm.base_url)
+    (curator,) = await group.start(1)
+    users = ["ann", "ben", "cat"]
+    for user in users:
+        await sweep(db, user, *PREFERENCES)
+
+    async def all_running() -> list[asyncpg.Record] | None:
+        rows = [await _running(db, user, llm) for user in users]
+        return None if None in rows else [r for r in rows if r is not None]
+
+    runs = await eventually(all_running, timeout=20, what="three runs inside their model calls")
+    pid = await _liveness_pid(db, curator.name)
+    assert pid is not None
+    assert [await db.fetchval(RUN_LOCK_HOLDER, r["user_id"], r["lease_epoch"]) for r in runs] == [pid] * 3
+    terminated_at = await db.fetchval("SELECT now()")
+    assert await db.fetchval("SELECT pg_terminate_backend($1)", pid)
+
+    finals = [await eventually(lambda u=u: _committed(db, u), timeout=30, what=f"{u} recovered") for u in users]
+    for run, final in zip(runs, finals, strict=True):
+        first = await db.fetchrow("SELECT * FROM curation_runs WHERE run_id = $1", run["run_id"])
+        assert first["status"] in ("fenced", "abandoned", "failed") and first["watermark_to"] is None
+        assert final["worker"] == curator.name and final["watermark_from"] == 0
+        data = await _curated(db, run["user_id"])
+        assert data["run_ids"] == {final["run_id"]}  # the stopped run committed nothing
+        assert len(data["memories"]) == len(PREFERENCES)
+    new_pid = await _liveness_pid(db, curator.name)
+    assert new_pid is not None and new_pid != pid  # connected again
+    assert await curator.metric("memwright_curator_heartbeats_lost_total") == 3
+    assert await curator.metric("memwright_curator_runs_total", outcome="committed") == 3
+    waited = max((f["started_at"] - terminated_at).total_seconds() for f in finals)
+    ended = [await db.fetchval("SELECT status FROM curation_runs WHERE run_id = $1", r["run_id"]) for r in runs]
+    print(
+        f"\n[test 7] terminated liveness backend {pid} under 3 runs; all stopped ({ended}); "
+        f"reconnected as {new_pid}; the same curator reclaimed all 3 users within {waited:.2f}s"
     )

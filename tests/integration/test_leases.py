@@ -124,3 +124,63 @@ async def test_a_renewal_never_revives_a_lease_that_was_taken_over(db: asyncpg.P
         assert new is not None
         assert not await leases.renew(db, old, 30)
         assert await leases.renew(db, new, 30)
+
+
+# ---- one liveness connection per curator process --------------------------------------------
+
+
+async def test_one_liveness_connection_holds_the_locks_of_many_runs_and_renews_them_in_one_statement(
+    db: asyncpg.Pool, pg_dsn: str
+) -> None:
+    for i, user in enumerate(("alice", "bob", "carol")):
+        await sweep(db, user, "Always answer in metric units", ago=30 - i)
+    async with leases.Liveness(pg_dsn, "test-liveness") as live:
+        held = [await live.claim("c1", 30) for _ in range(3)]
+        assert all(lease is not None and lease.pid == live.pid for lease in held)
+        runs = [lease for lease in held if lease is not None]
+        assert [await _lock_holders(db, lease) for lease in runs] == [[live.pid]] * 3
+        assert await live.renew("c1", runs, 30, timeout=5) == {(x.user_id, x.epoch) for x in runs}
+
+        await live.release(runs[0])  # its lease is free and its lock given back, the others untouched
+        assert await _lock_holders(db, runs[0]) == []
+        assert await db.fetchval("SELECT lease_owner FROM agents WHERE user_id = $1", runs[0].user_id) is None
+        assert await live.renew("c1", runs, 30, timeout=5) == {(x.user_id, x.epoch) for x in runs[1:]}
+        await db.execute("DELETE FROM backlog WHERE user_id = $1", runs[0].user_id)  # as if it had committed
+
+        # a lease taken over (expired, then the grace) is never renewed, though its lock is still held here
+        await db.execute("UPDATE agents SET lease_expires_at = now() - interval '1 minute' WHERE user_id = 'bob'")
+        async with db.acquire() as other:
+            taken = await leases.claim_next(other, "c2", 30, grace_seconds=0)
+            assert taken is not None and taken.user_id == "bob" and taken.takeover == "holder_silent"
+            assert await live.renew("c1", runs, 30, timeout=5) == {("carol", runs[2].epoch)}
+            await leases.release(other, taken)
+    assert await db.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0  # closed: all freed
+
+
+async def test_a_lost_liveness_connection_reports_its_runs_renews_none_of_them_and_connects_again(
+    db: asyncpg.Pool, pg_dsn: str
+) -> None:
+    await sweep(db, "alice", "Always answer in metric units", ago=20)
+    await sweep(db, "bob", "Never use emoji", ago=10)
+    lost: list[int] = []
+    async with leases.Liveness(pg_dsn, "test-liveness", on_lost=lost.append) as live:
+        first = await live.claim("c1", 30)
+        assert first is not None and first.user_id == "alice"
+        old_pid = first.pid
+        assert await db.fetchval("SELECT pg_terminate_backend($1)", old_pid)
+        for _ in range(50):  # the server's notice arrives asynchronously
+            if lost:
+                break
+            await asyncio.sleep(0.05)
+        assert lost == [old_pid] and await _lock_holders(db, first) == []
+
+        assert await live.renew("c1", [first], 30, timeout=5) == set()  # its lock died with the connection
+        second = await live.claim("c1", 30)  # the next use connects again
+        assert second is not None and second.user_id == "bob" and second.pid == live.pid != old_pid
+        assert await _lock_holders(db, second) == [second.pid]
+        await live.release(first)  # the run was stopped: its lease is freed from the new connection
+        async with db.acquire() as other:
+            again = await leases.claim_next(other, "c2", 30)
+            assert again is not None and again.user_id == "alice" and again.takeover is None
+            await leases.release(other, again)
+        assert lost == [old_pid]
