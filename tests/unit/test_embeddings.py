@@ -211,3 +211,43 @@ def test_loading_and_embedding_read_only_the_model_package_and_touch_no_network(
     modules = (".py", ".pyc", ".so", "/METADATA", ".zip")
     data = {p for p in opened if not p.endswith(modules) or p == str(model_zip())}
     assert data == {str(model_zip())}
+
+
+async def test_the_openai_embedder_probes_the_size_and_keeps_the_order_of_the_texts() -> None:
+    """Against a scripted OpenAI-compatible endpoint on 127.0.0.1 that answers out of order."""
+    from aiohttp import web
+
+    asked: list[dict[str, object]] = []
+
+    async def embeddings(request: web.Request) -> web.Response:
+        body = await request.json()
+        asked.append(body)
+        data = [
+            {"object": "embedding", "index": i, "embedding": [float(len(text)), float(i), 0.0]}
+            for i, text in enumerate(body["input"])
+        ]
+        return web.json_response(
+            {
+                "object": "list",
+                "data": data[::-1],
+                "model": body["model"],
+                "usage": {"prompt_tokens": 1, "total_tokens": 1},
+            }
+        )
+
+    app = web.Application()
+    app.router.add_post("/v1/embeddings", embeddings)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    try:
+        settings = EmbedderSettings(embedder="openai", embed_base_url=f"http://127.0.0.1:{port}/v1", embed_model="m")
+        embedder = await make_embedder(settings)
+        assert (embedder.name, embedder.dim) == ("openai", 3)
+        assert await embedder.embed(["a", "bbb", "cc"]) == [[1.0, 0.0, 0.0], [3.0, 1.0, 0.0], [2.0, 2.0, 0.0]]
+        assert [b["input"] for b in asked] == [["dimension probe"], ["a", "bbb", "cc"]]
+        assert {b["model"] for b in asked} == {"m"}
+    finally:
+        await runner.cleanup()
