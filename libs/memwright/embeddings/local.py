@@ -167,7 +167,9 @@ class LocalEmbedder:
         out = np.zeros((len(texts), self.dim), np.float32)
         if not texts:
             return out
-        encodings = self.tokenizer.encode_batch(list(texts))
+        # one at a time: as fast here as encode_batch, without its thread pool (which competes with
+        # onnxruntime's threads and warns in processes forked after it ran)
+        encodings = [self.tokenizer.encode(t) for t in texts]
         for chunk in batches([len(e.ids) for e in encodings], self.batch_size):
             width = max(len(encodings[i].ids) for i in chunk)
             ids = np.zeros((len(chunk), width), np.int64)
