@@ -95,6 +95,16 @@ def _write_atomically(path: Path, data: bytes) -> bool:
         return False
 
 
+def _remove_stale(current: Path) -> None:
+    """Graphs of older weights or graph versions beside the current one."""
+    for stale in current.parent.glob("all-minilm-l6-v2-*.onnx"):
+        if stale != current:
+            try:
+                stale.unlink(missing_ok=True)
+            except OSError:
+                pass  # another user's file: harmless, it is never loaded
+
+
 def batches(lengths: list[int], size: int) -> list[list[int]]:
     """Indexes grouped by token length, at most `size` a batch, a new batch wherever padding
     to the longest would compute more padding than tokens (one long message among short ones
@@ -153,9 +163,7 @@ class LocalEmbedder:
                 graph = build_graph(z, config)
                 if cached and _write_atomically(cached, graph):
                     self.graph_path = cached
-                    for stale in cached.parent.glob("all-minilm-l6-v2-*.onnx"):  # older weights or graphs
-                        if stale != cached:
-                            stale.unlink(missing_ok=True)
+                    _remove_stale(cached)
                 self.session = ort.InferenceSession(graph, options, providers=["CPUExecutionProvider"])
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=self.max_tokens)  # sentence-transformers' max_seq_length
