@@ -1,0 +1,207 @@
+"""What kind of sentence a user wrote: the default policy's one detector interface.
+
+Five types (LABELS):
+
+- `standing`: a standing preference or fact about the user, said outright ("Horror is a no for me").
+- `weak`: a weak self-disclosure ("I sit at a desk all day"); held as a hypothesis until it repeats.
+- `task`: a request about the task at hand, chat, a one-time constraint ("for this email ...").
+- `question`: a question.
+- `meta`: text aimed at the memory or the assistant's rules (claims of authority, "remember that you
+  must ...", secrets). The guard (guard.py) refuses those in the tool layer; the type keeps the
+  policy from even holding them as hypotheses.
+
+Two detectors behind one interface (`Detector.classify(sentences) -> list[SentenceType]`):
+
+- `PatternDetector` (version "pattern-1"): the regular expressions of rules.py and the guard. High
+  precision, low recall; used when the local model is not installed.
+- `TrainedDetector` (version "minilm-head-<n>"): a multinomial logistic regression over the frozen
+  all-MiniLM-L6-v2 sentence embedding (embeddings/local.py) plus the pattern detector's answers as a
+  few features. Its weights are `data/sentence_head.npz`, written by `python -m memwright.agent.train`
+  from labelled data in the repo (train.py says which); a unit test retrains and compares.
+
+`shared_detector()` loads the trained one once per process (the curator's policy, the llm policy's
+window filter and the eval share it) and falls back to the pattern one when the model is missing.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+
+from memwright.agent import guard
+
+LABELS = ("standing", "weak", "task", "question", "meta")
+HEAD_FILE = Path(__file__).parent / "data" / "sentence_head.npz"
+
+# The rule features, in the order the head was trained with them.
+RULE_FEATURES = ("explicit_pattern", "weak_pattern", "question", "guard", "scoped", "standing_words", "first_person")
+
+_QUESTION_START = re.compile(
+    r"^(?:what|what's|whats|how|why|where|when|which|who|whom|whose|is|are|was|were|do|does|did|can|could|"
+    r"would|will|should|shall|may|might|any|anyone|has|have|qu[eé]|c[oó]mo|cu[aá]l|d[oó]nde|por qu[eé]|"
+    r"wie|was|wo|warum|welche|quel|quelle|comment|pourquoi|o[uù]|est-ce)\b",
+    re.IGNORECASE,
+)
+_FIRST_PERSON = re.compile(
+    r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|mine|myself|we|our|us|je|j'|moi|mon|ma|mes|ich|mich|mir|mein|meine|"
+    r"yo|mi|mis|me|eu|meu|minha)\b",
+    re.IGNORECASE,
+)
+
+
+@dataclass(frozen=True)
+class SentenceType:
+    """A sentence's type and the detector's probabilities per label (a pattern answer is 0 or 1)."""
+
+    label: str
+    probs: dict[str, float]
+    vector: tuple[float, ...] | None = None  # the sentence embedding, when the detector made one
+
+    def p(self, label: str) -> float:
+        return self.probs.get(label, 0.0)
+
+
+class Detector(Protocol):
+    version: str
+
+    def classify(self, sentences: list[str]) -> list[SentenceType]: ...
+
+
+def is_question(sentence: str) -> bool:
+    s = sentence.strip()
+    return s.endswith("?") or s.startswith("¿") or bool(_QUESTION_START.match(s) and len(s.split()) <= 12)
+
+
+def rule_features(sentence: str) -> list[float]:
+    """The pattern detector's answers about `sentence`, as 0/1 features (RULE_FEATURES)."""
+    from memwright.agent import rules  # rules imports this module for its policy
+
+    body = rules.strip_lead_in(sentence)
+    return [
+        float(rules.explicit_preference(body) is not None),
+        float(bool(rules.weak_signals(body))),
+        float(is_question(body)),
+        float(guard.check(sentence) is not None),
+        float(bool(rules.scoped(body))),
+        float(bool(rules.standing_words(body))),
+        float(bool(_FIRST_PERSON.search(body))),
+    ]
+
+
+def _one_hot(label: str) -> dict[str, float]:
+    return {name: float(name == label) for name in LABELS}
+
+
+class PatternDetector:
+    """The regular expressions alone: the guard, a question, an explicit preference, a weak signal."""
+
+    version = "pattern-1"
+
+    def classify(self, sentences: list[str]) -> list[SentenceType]:
+        out = []
+        for s in sentences:
+            explicit, weak, question, flagged, scoped, _, _ = rule_features(s)
+            if flagged:
+                label = "meta"
+            elif explicit:
+                label = "standing"
+            elif question:
+                label = "question"
+            elif weak:
+                label = "weak"
+            else:
+                label = "task"
+            del scoped
+            out.append(SentenceType(label, _one_hot(label)))
+        return out
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+class SentenceHead:
+    """The trained weights: logits = [embedding, rule features] @ W + b."""
+
+    def __init__(self, w: np.ndarray, b: np.ndarray, version: str) -> None:
+        self.w = w.astype(np.float64)
+        self.b = b.astype(np.float64)
+        self.version = version
+
+    @classmethod
+    def load(cls, path: Path = HEAD_FILE) -> SentenceHead:
+        with np.load(path, allow_pickle=False) as data:
+            labels = tuple(str(x) for x in data["labels"])
+            features = tuple(str(x) for x in data["rule_features"])
+            if labels != LABELS or features != RULE_FEATURES:
+                raise ValueError(f"{path} was trained for labels {labels} and features {features}; retrain it")
+            return cls(data["w"], data["b"], str(data["version"]))
+
+    def probs(self, x: np.ndarray) -> np.ndarray:
+        return softmax(x @ self.w + self.b)
+
+
+class TrainedDetector:
+    """The head over the local MiniLM embedding. One per process (`shared_detector`)."""
+
+    def __init__(self, embedder: Any, head: SentenceHead) -> None:
+        self.embedder = embedder
+        self.head = head
+        self.version = head.version
+        self._cache: dict[str, np.ndarray] = {}
+
+    CACHE = 4096  # sentences whose vectors are kept (a run compares a window with what it holds)
+
+    def embed(self, texts: list[str]) -> np.ndarray:
+        cache = self._cache
+        missing = list(dict.fromkeys(t for t in texts if t not in cache))
+        if missing:
+            if len(cache) + len(missing) > self.CACHE:
+                cache.clear()
+            for t, v in zip(missing, self.embedder.encode(missing), strict=True):
+                cache[t] = np.asarray(v, dtype=np.float64)
+        return np.asarray([self._get(t) for t in texts])
+
+    def _get(self, text: str) -> np.ndarray:
+        v = self._cache.get(text)  # another run may have cleared the cache meanwhile
+        return v if v is not None else self._one(text)
+
+    def _one(self, text: str) -> np.ndarray:
+        return np.asarray(self.embedder.encode([text])[0], dtype=np.float64)
+
+    def classify(self, sentences: list[str]) -> list[SentenceType]:
+        if not sentences:
+            return []
+        vectors = self.embed(sentences)
+        features = np.asarray([rule_features(s) for s in sentences], dtype=np.float64)
+        probs = self.head.probs(np.hstack([vectors, features]))
+        out = []
+        for s_probs, vec in zip(probs, vectors, strict=True):
+            p = {name: float(v) for name, v in zip(LABELS, s_probs, strict=True)}
+            out.append(SentenceType(max(p, key=lambda k: p[k]), p, tuple(float(v) for v in vec)))
+        return out
+
+
+_shared: dict[str, Detector] = {}
+_lock = threading.Lock()
+
+
+def shared_detector() -> Detector:
+    """The process's detector: the trained head over the shared local model, loaded once; the
+    pattern detector when the model package or the head file is missing."""
+    with _lock:
+        if "d" not in _shared:
+            try:
+                from memwright.embeddings import local
+
+                _shared["d"] = TrainedDetector(local.shared(), SentenceHead.load())
+            except (ImportError, ValueError, OSError):
+                _shared["d"] = PatternDetector()
+        return _shared["d"]
