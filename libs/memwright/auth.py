@@ -26,10 +26,11 @@ from aiohttp import web
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import rsa
 
+from memwright.events import RESERVED_USER_PREFIX
 from memwright.settings import AuthSettings
 
 SCOPES = ("signals:write", "memories:read", "memories:write", "admin")
-SERVICE_PREFIX = "service:"
+SERVICE_PREFIX = RESERVED_USER_PREFIX  # "service:", from the signal schema: one source for both
 _LEEWAY_S = 60  # clock skew between the minting host and this one, for the lifetime cap
 
 

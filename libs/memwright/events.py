@@ -33,6 +33,7 @@ _PUBLISHED = signal_schema()["properties"]
 _ID = re.compile(signal_schema()["$defs"]["id"]["pattern"])  # anchored; used with fullmatch
 _NOT_BLANK = re.compile(_PUBLISHED["text"]["pattern"])
 _UNSTORABLE = re.compile(_PUBLISHED["text"]["not"]["pattern"])  # what PostgreSQL's text type refuses
+RESERVED_USER_PREFIX = _PUBLISHED["user_id"]["not"]["pattern"].removeprefix("^")  # service tokens' subjects
 _REQUIRED = tuple(signal_schema()["required"])
 _ID_FIELDS = tuple(name for name, spec in _PUBLISHED.items() if spec.get("$ref") == "#/$defs/id")
 _TIME_FIELDS = tuple(name for name, spec in _PUBLISHED.items() if spec.get("format") == "date-time")
@@ -64,6 +65,8 @@ def _problem(obj: dict[str, Any]) -> str | None:
             return f"{name} must be a string, got {_json_type(value)}"
         if not _ID.fullmatch(value):
             return f"{name} must match {_ID.pattern} (1-128 letters, digits, _ . : @ -)"
+    if obj["user_id"].startswith(RESERVED_USER_PREFIX):
+        return f"user_id must not start with {RESERVED_USER_PREFIX!r}, the prefix of service tokens' subjects"
     text = obj["text"]
     if not isinstance(text, str):
         return f"text must be a string, got {_json_type(text)}"

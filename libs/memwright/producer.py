@@ -65,8 +65,11 @@ class SignalProducer:
         await self.send_many([signal])
 
     async def send_many(self, signals: Iterable[Signal | dict[str, Any]]) -> int:
-        """Validate all, then produce all and wait until Kafka acknowledged every one."""
+        """Validate all (Signal objects too: one built by hand has not been checked), then produce
+        all and wait until Kafka acknowledged every one."""
         now = datetime.now(UTC)
-        parsed = [(s if isinstance(s, Signal) else parse_signal(s, i)).accepted(now) for i, s in enumerate(signals)]
+        parsed = [
+            parse_signal(s.to_record() if isinstance(s, Signal) else s, i).accepted(now) for i, s in enumerate(signals)
+        ]
         await self.kafka.send_all(self.topic, [(s.user_id.encode(), s.to_bytes()) for s in parsed])
         return len(parsed)

@@ -14,7 +14,7 @@ import time
 import structlog
 from aiohttp import web
 from memwright import kafka, logs, metrics
-from memwright.auth import AuthError, authorize, is_user_id_reserved
+from memwright.auth import AuthError, authorize
 from memwright.events import InvalidSignal, Signal, parse_signal
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
 from memwright.producer import SignalProducer
@@ -42,11 +42,7 @@ def parse_body(body: object, max_batch: int) -> list[Signal]:
         raise InvalidSignal("no signals in the request")
     if len(items) > max_batch:
         raise InvalidSignal(f"{len(items)} signals in one request; send at most {max_batch}")
-    signals = [parse_signal(item, i if len(items) > 1 else None) for i, item in enumerate(items)]
-    for i, s in enumerate(signals):
-        if is_user_id_reserved(s.user_id):
-            raise InvalidSignal("user_id must not start with 'service:', the prefix of service tokens' subjects", i)
-    return signals
+    return [parse_signal(item, i if len(items) > 1 else None) for i, item in enumerate(items)]
 
 
 def build_app(settings: IngestSettings, producer: SignalProducer) -> web.Application:

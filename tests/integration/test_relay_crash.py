@@ -102,7 +102,10 @@ async def test_relay_killed_between_produce_and_delete_produces_again_and_still_
     )
     try:
         assert doomed.stdout is not None
-        line = (await asyncio.wait_for(doomed.stdout.readline(), 60)).decode()
+        line = ""
+        while not line.startswith("ACKED"):  # the relay's own log lines come first
+            line = (await asyncio.wait_for(doomed.stdout.readline(), 60)).decode()
+            assert line, "the doomed relay exited before the broker acknowledged"
         assert line.split() == ["ACKED", "20"], line
         assert len(await _read_all(kafka, topic, 20)) == 20  # the broker has every event...
         assert await _outbox(db) == 20  # ...and the rows are still there

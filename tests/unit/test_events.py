@@ -10,7 +10,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 from jsonschema import Draft202012Validator
 from memwright.auth import mint
-from memwright.events import InvalidSignal, decode_signal, parse_signal, signal_schema
+from memwright.events import InvalidSignal, Signal, decode_signal, parse_signal, signal_schema
 from memwright.producer import SignalProducer
 from memwright.services.ingest.app import build_app
 from memwright.settings import IngestSettings
@@ -107,11 +107,27 @@ async def test_signal_producer_refuses_text_postgresql_cannot_store_before_produ
         await producer.send({**GOOD, "text": text})
 
 
+async def test_signal_producer_checks_a_signal_object_built_by_hand_too() -> None:
+    producer = SignalProducer("127.0.0.1:1")  # never started: nothing may reach Kafka
+    built = Signal(user_id="alice", message_id="m1", conversation_id="c1", text="nul \x00")
+    with pytest.raises(InvalidSignal, match="PostgreSQL cannot store"):
+        await producer.send(built)
+    with pytest.raises(InvalidSignal, match="must not start with 'service:'"):
+        await producer.send(Signal(user_id="service:chat", message_id="m1", conversation_id="c1", text="hi"))
+
+
+def test_a_user_id_in_the_service_namespace_is_refused_by_check_and_schema() -> None:
+    with pytest.raises(InvalidSignal, match="service tokens"):
+        parse_signal({**GOOD, "user_id": "service:chat"})
+    assert not Draft202012Validator(signal_schema()).is_valid({**GOOD, "user_id": "service:chat"})
+    assert parse_signal({**GOOD, "user_id": "my-service:chat"}).user_id == "my-service:chat"
+
+
 # ---- the hand-written check and the published schema agree ---------------------------------
 
 ids = st.one_of(
     st.from_regex(r"\A[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}\Z"),
-    st.sampled_from(["a" * 128, "a" * 129, "_a", "a b", "a/b", ""]),
+    st.sampled_from(["a" * 128, "a" * 129, "_a", "a b", "a/b", "", "service:x", "service:"]),
     st.text(max_size=130),
     st.integers(),
     st.none(),
