@@ -4,6 +4,7 @@ PostgreSQL -> curator -> outbox -> indexer -> Qdrant, and the api."""
 from __future__ import annotations
 
 import json
+import time
 import uuid
 
 import aiohttp
@@ -106,13 +107,16 @@ async def test_malformed_record_goes_to_the_dlq_and_the_pipeline_keeps_running(
     memories = await eventually(lambda: previews(http, pipeline, user), what="the valid signal's memory")
     assert [m["preview"] for m in memories] == ["Never use emoji in replies."]
 
-    dead = await _read_dlq(pipeline, user)
+    dead = await _read_dlq(pipeline, user, expected=2)
     assert len(dead) == 2
     assert "not JSON" in dead[0]["reason"] and dead[0]["value"] == "{not json"
     assert "required" in dead[1]["reason"]
 
 
-async def _read_dlq(pipeline: Pipeline, user: str) -> list[dict]:
+async def _read_dlq(pipeline: Pipeline, user: str, expected: int, timeout: float = 60) -> list[dict]:
+    """This user's dead-letter records, read until `expected` have arrived (or `timeout`). One
+    getmany() is not enough: it returns with the first fetch that has data, which under load may be
+    before the group has joined or hold one partition's records only (a flake seen at load 16)."""
     from aiokafka import AIOKafkaConsumer
 
     consumer = AIOKafkaConsumer(
@@ -123,10 +127,12 @@ async def _read_dlq(pipeline: Pipeline, user: str) -> list[dict]:
     )
     await consumer.start()
     found: list[dict] = []
+    deadline = time.monotonic() + timeout
     try:
-        batches = await consumer.getmany(timeout_ms=5000)
-        for records in batches.values():
-            found += [json.loads(r.value) for r in records if r.key == user.encode()]
+        while len(found) < expected and time.monotonic() < deadline:
+            batches = await consumer.getmany(timeout_ms=1000)
+            for records in batches.values():
+                found += [json.loads(r.value) for r in records if r.key == user.encode()]
     finally:
         await consumer.stop()
     return sorted(found, key=lambda d: d["offset"])
