@@ -120,47 +120,75 @@ class ContextCache:
 
 
 class VersionChecks:
-    """The cheap check, coalesced: the version checks of the requests that reach the handler in one
-    turn of the event loop go to PostgreSQL together, as ONE statement (a primary-key probe per
-    user). A check alone is one statement as before; under load one round trip (and the pool's
-    reset after it) serves a whole batch. Each check's answer is read after its request arrived."""
+    """The cheap check, coalesced. Checks go to PostgreSQL in batches, as ONE statement each (a
+    primary-key probe per user), read by at most `readers` tasks that each hold a pooled connection
+    while checks keep coming: a check that arrives while the readers' statements are in flight waits
+    for the next one, with every other check that arrived meanwhile. Alone, a check is one statement
+    as before; under load one round trip serves a batch, and the pool's reset query runs once per busy
+    spell instead of once per check. Every answer is read after its request arrived."""
 
-    def __init__(self, pool: asyncpg.Pool) -> None:
+    def __init__(self, pool: asyncpg.Pool, readers: int = 2) -> None:
         self._pool = pool
+        self._readers_max = readers
         self._waiting: dict[str, list[asyncio.Future[int]]] = {}
-        self._reads: set[asyncio.Task[None]] = set()
+        self._readers: set[asyncio.Task[None]] = set()
+        self._starting: asyncio.Task[None] | None = None  # a reader on its way: it takes all that waits
 
     async def version(self, user_id: str) -> int:
-        loop = asyncio.get_running_loop()
-        if not self._waiting:
-            loop.call_soon(self._flush)  # after the other handlers this turn of the loop runs
-        answer: asyncio.Future[int] = loop.create_future()
+        answer: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(user_id, []).append(answer)
+        self._start_reader()
         return await answer
 
-    def _flush(self) -> None:
-        batch, self._waiting = self._waiting, {}
-        task = asyncio.ensure_future(self._read(batch))
-        self._reads.add(task)
-        task.add_done_callback(self._reads.discard)
+    def _start_reader(self) -> None:
+        if self._waiting and self._starting is None and len(self._readers) < self._readers_max:
+            reader = self._starting = asyncio.ensure_future(self._read_while_waiting())
+            self._readers.add(reader)
+            reader.add_done_callback(self._reader_done)
 
-    async def _read(self, batch: dict[str, list[asyncio.Future[int]]]) -> None:
+    def _reader_done(self, reader: asyncio.Task[None]) -> None:
+        self._readers.discard(reader)
+        if self._starting is reader:
+            self._starting = None
+        self._start_reader()  # checks that came while it released its connection
+
+    async def _read_while_waiting(self) -> None:
+        me = asyncio.current_task()
         try:
-            versions = await memories.memory_set_versions(self._pool, list(batch))
-            for user_id, answers in batch.items():
-                for answer in answers:
-                    if not answer.done():  # a request given up on (cancelled) is skipped
-                        answer.set_result(versions[user_id])
-        except Exception as exc:  # every request of the batch gets the error (a 500 via the guard)
-            for answers in batch.values():
-                for answer in answers:
-                    if not answer.done():
-                        answer.set_exception(exc)
-        finally:  # cancelled (the api is stopping): no request waits for an answer that never comes
-            for answers in batch.values():
-                for answer in answers:
-                    if not answer.done():
-                        answer.cancel()
+            async with self._pool.acquire() as conn:
+                while self._waiting:
+                    batch, self._waiting = self._waiting, {}
+                    if self._starting is me:
+                        self._starting = None  # from now on a check that comes may start a second reader
+                    await self._answer(conn, batch)
+        except (Exception, asyncio.CancelledError) as exc:  # PostgreSQL away, or the api stopping
+            if self._readers == {me}:  # no other reader will take what waits: it gets this error
+                batch, self._waiting = self._waiting, {}
+                _settle(batch, exc)
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+
+    @staticmethod
+    async def _answer(conn: asyncpg.Connection, batch: dict[str, list[asyncio.Future[int]]]) -> None:
+        try:
+            versions = await memories.memory_set_versions(conn, list(batch))
+        except (Exception, asyncio.CancelledError) as exc:  # every request of the batch gets the error
+            _settle(batch, exc)
+            raise
+        for user_id, answers in batch.items():
+            for answer in answers:
+                if not answer.done():  # a request given up on (cancelled) is skipped
+                    answer.set_result(versions[user_id])
+
+
+def _settle(batch: dict[str, list[asyncio.Future[int]]], exc: BaseException) -> None:
+    for answers in batch.values():
+        for answer in answers:
+            if not answer.done():
+                if isinstance(exc, asyncio.CancelledError):  # the api is stopping
+                    answer.cancel()
+                else:
+                    answer.set_exception(exc)
 
 
 class ContextReads:

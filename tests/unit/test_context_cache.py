@@ -4,10 +4,15 @@ depend on the user and the version alone."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
+import random
+from collections.abc import AsyncIterator
+from typing import Any
 
 from memwright.services.api import context
-from memwright.services.api.context_cache import ContextCache, etag, not_modified, render
+from memwright.services.api.context_cache import ContextCache, VersionChecks, etag, not_modified, render
 
 PREVIEW = {"id": "m1", "preview": "Always answer in metric units", "author": "agent", "kind": "preference"}
 
@@ -71,3 +76,77 @@ def test_the_rendered_answer_carries_the_block_its_token_estimate_and_how_to_fet
     response = entry.response("text")
     assert response.headers["ETag"] == etag("alice", 9) and response.content_type == "text/plain"
     assert entry.response("json").headers["X-Token-Estimate"] == str(entry.token_estimate)
+
+
+# ---- the coalesced version check -------------------------------------------------------
+
+
+class FakeConnection:
+    def __init__(self, pool: FakePool) -> None:
+        self.pool = pool
+
+    async def fetch(self, sql: str, user_ids: list[str]) -> list[dict[str, Any]]:
+        self.pool.statements.append(list(user_ids))
+        await asyncio.sleep(self.pool.rng.uniform(0, self.pool.latency_s))
+        if self.pool.fail_next:
+            self.pool.fail_next = False
+            raise ConnectionError("PostgreSQL went away")
+        return [{"user_id": u, "version": self.pool.versions[u]} for u in user_ids if u in self.pool.versions]
+
+
+class FakePool:
+    """Stands in for asyncpg.Pool: counts statements and connections taken out."""
+
+    def __init__(self, versions: dict[str, int], latency_s: float = 0.0) -> None:
+        self.versions = versions
+        self.latency_s = latency_s
+        self.rng = random.Random(13)
+        self.statements: list[list[str]] = []
+        self.acquired = 0
+        self.fail_next = False
+
+    @contextlib.asynccontextmanager
+    async def acquire(self) -> AsyncIterator[FakeConnection]:
+        self.acquired += 1
+        await asyncio.sleep(0)
+        yield FakeConnection(self)
+        await asyncio.sleep(self.rng.uniform(0, self.latency_s))  # the reset query on release
+
+
+async def test_checks_that_arrive_together_are_one_statement_each_with_its_own_users_version() -> None:
+    pool = FakePool({"alice": 7, "bob": 9})
+    checks = VersionChecks(pool)  # type: ignore[arg-type]
+    got = await asyncio.gather(*(checks.version(u) for u in ("alice", "bob", "alice", "nobody")))
+    assert got == [7, 9, 7, 0]
+    assert pool.statements == [["alice", "bob", "nobody"]]
+
+
+async def test_no_check_is_ever_left_waiting_and_busy_readers_keep_their_connection() -> None:
+    users = {f"u{i}": i + 1 for i in range(40)}
+    pool = FakePool(users, latency_s=0.002)
+    checks = VersionChecks(pool, readers=2)  # type: ignore[arg-type]
+    rng = random.Random(7)
+
+    async def one() -> tuple[str, int]:
+        await asyncio.sleep(rng.uniform(0, 0.004))
+        user = f"u{rng.randrange(45)}"  # some users have no version row: 0
+        return user, await checks.version(user)
+
+    # bursts, each ending in quiet: a check that comes while every reader is giving its connection
+    # back must still be read (the last ones of a burst have no later check to start a reader)
+    for _ in range(100):
+        answers = await asyncio.wait_for(asyncio.gather(*(one() for _ in range(rng.randrange(1, 40)))), 5)
+        assert all(version == users.get(user, 0) for user, version in answers)
+    answers = await asyncio.wait_for(asyncio.gather(*(one() for _ in range(1000))), 10)
+    assert all(version == users.get(user, 0) for user, version in answers)
+    assert len(pool.statements) < 0.5 * (1000 + 100 * 20), "under load a statement answers several checks"
+    assert pool.acquired < len(pool.statements), "a busy reader keeps its connection between batches"
+
+
+async def test_a_failed_read_fails_the_checks_it_held_and_the_next_check_reads_again() -> None:
+    pool = FakePool({"alice": 3})
+    checks = VersionChecks(pool)  # type: ignore[arg-type]
+    pool.fail_next = True
+    failed = await asyncio.gather(checks.version("alice"), checks.version("bob"), return_exceptions=True)
+    assert all(isinstance(x, ConnectionError) for x in failed)
+    assert await asyncio.wait_for(checks.version("alice"), 5) == 3
