@@ -4,7 +4,10 @@ Curator: with the curator stopped, N users each post one explicit preference; on
 has put all N in the backlog, one curator process (one worker, MEMWRIGHT_CONCURRENCY runs at
 once) is started and users/s is read from curation_runs (first start to last finish), so its
 start-up is not counted. Then the same with the llm policy against a local OpenAI-compatible
-endpoint that answers after `llm_delay_s`; its ceiling is concurrency / (delay x calls per run).
+endpoint that answers after `llm_delay_s`, at concurrency 4, 16 and 64: users/s against the ideal,
+concurrency / (delay x calls per run), and the PostgreSQL connections the curator held meanwhile
+(pg_stat_activity by application_name, sampled every 0.1 s: its pool and its liveness connection;
+a run holds none while its model thinks).
 
 Indexer: the indexer is stopped while the rules curator writes those N memories, so their
 outbox rows wait; it is then started and `memwright_indexer_events_applied_total` (its ops
@@ -51,6 +54,7 @@ class CuratorConfig:
     llm_users: int = 40
     llm_delay_s: float = 1.0
     concurrency: int = 4
+    llm_concurrency: tuple[int, ...] = (4, 16, 64)  # the llm policy's users/s and connections at each
     index_events: int = 2000  # user-written memories added to the indexer's backlog
 
 
@@ -70,17 +74,47 @@ async def _swept(pipe: Pipeline, users: list[str], timeout_s: float) -> bool:
     return bool(await wait_for(all_waiting, timeout_s, 0.25))
 
 
+# the curator's connections (its pool, its liveness connection) and its runs in progress
+HELD = """
+SELECT (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+            AND application_name LIKE 'memwright-curator %') AS pool,
+       (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+            AND application_name LIKE 'memwright-curator-liveness %') AS liveness,
+       (SELECT count(*) FROM curation_runs WHERE status = 'running' AND user_id = ANY($1::text[])) AS runs
+"""
+
+
+async def _held(pipe: Pipeline, users: list[str], stop: asyncio.Event) -> dict[str, int]:
+    """Peak connections held by the curator and runs in progress, sampled until `stop`."""
+    peak = {"pool": 0, "liveness": 0, "runs": 0}
+    while not stop.is_set():
+        row = await pipe.pool.fetchrow(HELD, users)
+        peak = {k: max(v, int(row[k])) for k, v in peak.items()}
+        await asyncio.sleep(0.1)
+    return peak
+
+
 async def _curate(pipe: Pipeline, users: list[str], concurrency: int, **env: str) -> dict[str, Any]:
     """Queue one preference per user with the curator stopped, then time one curator through them."""
     pipe.procs.stop("curator")
     posted = await _post_users(pipe, users)
     swept = await _swept(pipe, users, timeout_s=60 + len(users) / 20)
+    stop = asyncio.Event()
+    sampler = asyncio.create_task(_held(pipe, users, stop))
     pipe.procs.start("curator", extra_env={"MEMWRIGHT_CONCURRENCY": str(concurrency), **env})
-    await pipe.procs.wait_ready("curator", timeout=120)
-    done = await pipe.drained(users, timeout_s=60 + len(users) * 2, outbox=False)
+    try:
+        await pipe.procs.wait_ready("curator", timeout=120)
+        done = await pipe.drained(users, timeout_s=60 + len(users) * 2, outbox=False)
+    finally:
+        stop.set()
+        held = await sampler
     row = await pipe.pool.fetchrow(RUN_SPAN, users)
     span = float(row["span"] or 0)
     return {
+        "connections_peak": held["pool"] + held["liveness"],
+        "pool_connections_peak": held["pool"],
+        "liveness_connections_peak": held["liveness"],
+        "runs_at_once_peak": held["runs"],
         "users": len(users),
         "posted": posted,
         "swept": swept,
@@ -222,42 +256,51 @@ def llm_policy_available() -> str | None:
     return None
 
 
-async def _llm(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) -> dict[str, Any]:
+async def _llm(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) -> list[dict[str, Any]]:
     missing = llm_policy_available()
     if missing:
         say(f"  curator, llm policy: MISSING ({missing})")
-        return {"missing": missing}
+        return [{"missing": missing}]
     from bench.llmfake import fake_llm_server  # only once the project's fake exists
 
-    users = [f"llm-{pipe.stack.run_id}-{i}" for i in range(cfg.llm_users)]
+    figures = []
     async with fake_llm_server(cfg.llm_delay_s) as fake:
-        figure = await _curate(
-            pipe,
-            users,
-            cfg.concurrency,
-            MEMWRIGHT_POLICY="llm",
-            MEMWRIGHT_LLM_BASE_URL=fake.base_url,
-            MEMWRIGHT_LLM_API_KEY="bench",
-        )
-        calls = fake.requests()
-    per_run = calls / figure["runs"] if figure["runs"] else float("nan")
-    ceiling = cfg.concurrency / (cfg.llm_delay_s * per_run) if per_run == per_run and per_run else None
-    figure.update(
-        {
-            "llm_delay_s": cfg.llm_delay_s,
-            "llm_calls": calls,
-            "llm_calls_per_run": round(per_run, 2),
-            "ideal_users_per_s": round(ceiling, 2) if ceiling else None,
-        }
-    )
-    say(
-        f"  curator, llm policy ({cfg.llm_delay_s:g}s per answer): {figure['users_per_s']} users/s per worker "
-        f"with {cfg.concurrency} runs at once ({per_run:.1f} calls per run)  |  baseline: one run at a time "
-        f"would do {1 / (cfg.llm_delay_s * per_run) if per_run else 0:.2f} users/s; "
-        f"the concurrency ceiling is {ceiling or 0:.2f}"
-    )
+        for concurrency in cfg.llm_concurrency:
+            # at least three waves of runs, so the span is not all ramp-up and drain
+            users = [f"llm{concurrency}-{pipe.stack.run_id}-{i}" for i in range(max(cfg.llm_users, 3 * concurrency))]
+            calls_before = fake.requests()
+            figure = await _curate(
+                pipe,
+                users,
+                concurrency,
+                MEMWRIGHT_POLICY="llm",
+                MEMWRIGHT_LLM_BASE_URL=fake.base_url,
+                MEMWRIGHT_LLM_API_KEY="bench",
+            )
+            calls = fake.requests() - calls_before
+            per_run = calls / figure["runs"] if figure["runs"] else float("nan")
+            ideal = concurrency / (cfg.llm_delay_s * per_run) if per_run == per_run and per_run else None
+            figure.update(
+                {
+                    "llm_delay_s": cfg.llm_delay_s,
+                    "llm_calls": calls,
+                    "llm_calls_per_run": round(per_run, 2),
+                    "ideal_users_per_s": round(ideal, 2) if ideal else None,
+                    "of_ideal": round(figure["users_per_s"] / ideal, 2) if ideal and figure["users_per_s"] else None,
+                }
+            )
+            say(
+                f"  curator, llm policy ({cfg.llm_delay_s:g}s per answer, {per_run:.1f} calls per run), concurrency "
+                f"{concurrency:>2}: {figure['users_per_s']} users/s ({figure['curated']}/{len(users)} users, peak "
+                f"{figure['runs_at_once_peak']} runs at once) on {figure['connections_peak']} PostgreSQL connections "
+                f"held (pool {figure['pool_connections_peak']} + liveness {figure['liveness_connections_peak']})"
+                f"  |  ideal: {ideal or 0:.2f} users/s (concurrency / (delay x calls per run)) = "
+                f"{figure['of_ideal'] or 0:.0%} of it; one run at a time would do "
+                f"{1 / (cfg.llm_delay_s * per_run) if per_run else 0:.2f}"
+            )
+            figures.append(figure)
     await pipe.restart("curator")
-    return figure
+    return figures
 
 
 async def run(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) -> dict[str, Any]:
@@ -268,9 +311,17 @@ async def run(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) ->
     rules = await _curate(pipe, users, cfg.concurrency)
     say(
         f"  curator, rules policy: {rules['users_per_s']} users/s per worker ({cfg.concurrency} runs at once, "
-        f"run p50 {rules['run_p50_s']}s, {rules['curated']}/{cfg.users} users curated)"
+        f"run p50 {rules['run_p50_s']}s, {rules['curated']}/{cfg.users} users curated, "
+        f"{rules['connections_peak']} PostgreSQL connections held)"
     )
     indexer = await _indexer(pipe, cfg, say)
     rebuild = await _rebuild(pipe, say)
     llm = await _llm(pipe, cfg, say)
-    return {"curator_rules": rules, "curator_llm": llm, "indexer": indexer, "index_rebuild": rebuild}
+    first = next((f for f in llm if f.get("concurrency") == cfg.concurrency), llm[0])
+    return {
+        "curator_rules": rules,
+        "curator_llm": first,  # at the curator's default concurrency, as before
+        "curator_llm_by_concurrency": llm,
+        "indexer": indexer,
+        "index_rebuild": rebuild,
+    }
