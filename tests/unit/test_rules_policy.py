@@ -8,6 +8,7 @@ from datetime import timedelta
 
 import pytest
 from memwright.agent import tools as tools_module
+from memwright.agent.classify import PatternDetector
 from memwright.agent.rules import RulesPolicy
 from memwright.agent.tools import Memory
 from memwright.agent.working import WorkingMemory
@@ -285,14 +286,28 @@ async def test_at_the_budget_the_two_most_related_memories_are_consolidated_to_m
     assert any(m.author == "user" for m in tools.memories.values())  # never touched
 
 
-async def test_at_the_budget_with_nothing_related_the_preference_is_held_not_evicted() -> None:
+async def test_at_the_budget_with_nothing_related_the_closest_in_meaning_are_consolidated() -> None:
+    tools = make_tools(
+        [msg("m9", "Always use the Oxford comma.")],
+        [memory("User is a nurse.", evidence=["m1"]), memory("User lives in Lisbon.", evidence=["m2"])],
+        budget=2,
+    )
+    await RulesPolicy().run(tools, list(tools.shown.values()))
+    assert tools.agent_memory_count() == 2
+    assert [c.action for c in tools.changes] == ["delete", "delete", "consolidate", "create"]
+    texts = " ".join(m.text for m in tools.memories.values()).lower()
+    assert all(word in texts for word in ("nurse", "lisbon", "oxford comma"))  # nothing is lost
+    assert {e for m in tools.memories.values() for e in m.evidence} == {"m1", "m2", "m9"}
+
+
+async def test_at_the_budget_without_the_model_nothing_unrelated_is_merged_and_the_preference_is_held() -> None:
     tools = make_tools(
         [msg("m9", "Always use the Oxford comma.")],
         [memory("User is a nurse.", evidence=["m1"]), memory("User lives in Lisbon.", evidence=["m2"])],
         budget=2,
     )
     before = {m.memory_id: m.text for m in tools.memories.values()}
-    await RulesPolicy().run(tools, list(tools.shown.values()))
+    await RulesPolicy(detector=PatternDetector()).run(tools, list(tools.shown.values()))
     assert {m.memory_id: m.text for m in tools.memories.values()} == before and tools.changes == []
     assert tools.budget_refusals == 1
     assert [h.statement for h in tools.working.hypotheses] == ["Always use the Oxford comma"]

@@ -23,16 +23,28 @@ Deterministic, English-only, and deliberately conservative (the high bar):
 
 from __future__ import annotations
 
+import asyncio
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+import numpy as np
+
+from memwright.agent.classify import Detector, SentenceType, shared_detector
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
 from memwright.embeddings import cosine, hashing_embed
 
 PROMOTE_AFTER_CONVERSATIONS = 2
-DUPLICATE_SCORE = 0.8
+DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
+DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
+# The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
+STANDING_AT = 0.4  # p(standing) at which a sentence the patterns did not read is remembered at once
+WEAK_AT = 0.5  # p(weak) + p(standing) at which a sentence is held as a hypothesis
+MATCH_AT = 0.6  # cosine of the best-matching sentence pair at which a weak signal has repeated
+SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
+CHANGE_TOPIC = 0.35  # ... when the sentence says something changed (data/words.toml `change`)
 
 # ---- words -------------------------------------------------------------------------------
 
@@ -289,6 +301,16 @@ _SCOPED = re.compile(
     r"|\bover the (?:other|first|second)\b",
     re.IGNORECASE,
 )
+
+
+def scoped(sentence: str) -> bool:
+    """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
+    return bool(_SCOPED.search(sentence)) and not _STANDING.search(sentence)
+
+
+def standing_words(sentence: str) -> bool:
+    """Words that make a sentence standing ("from now on", "whenever", "in general")."""
+    return bool(_STANDING.search(sentence))
 
 
 def explicit_preference(sentence: str) -> str | None:
@@ -649,6 +671,9 @@ def forget_request(sentence: str) -> str | None:
 
 # ---- the policy --------------------------------------------------------------------------
 
+from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
+from memwright.agent.lexicon import CHANGE, OUTSIDERS, UNSURE  # noqa: E402
+
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
 EXCLUSIVE_CATEGORIES = {"units", "indent", "theme", "spelling", "naming"}
@@ -667,19 +692,44 @@ class _Outcome:
 class RulesPolicy:
     name = "rules"
 
-    def __init__(self, promote_after: int = PROMOTE_AFTER_CONVERSATIONS, fade_after: timedelta = FADE_AFTER) -> None:
+    def __init__(
+        self,
+        promote_after: int = PROMOTE_AFTER_CONVERSATIONS,
+        fade_after: timedelta = FADE_AFTER,
+        detector: Detector | None = None,
+    ) -> None:
         self.promote_after = promote_after
         self.fade_after = fade_after
+        self._detector = detector
+        self._vectors: dict[str, np.ndarray] = {}
+
+    @property
+    def detector(self) -> Detector:
+        """The sentence-type detector: the process's shared one (loaded once) unless one was given."""
+        if self._detector is None:
+            self._detector = shared_detector()
+        return self._detector
+
+    def warm(self) -> None:
+        """Load the model now (the curator calls this at start, not in its first run)."""
+        self.detector.classify(["warm up"])
 
     async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
-        for msg in new_messages:
-            if msg.role != "user":
-                continue
+        user = [m for m in new_messages if m.role == "user"]
+        split = [sentences(m.text) for m in user]
+        flat = [s for ss in split for s in ss]
+        # one batch per run, off the event loop: the model is CPU-bound
+        types = iter(await asyncio.to_thread(self.detector.classify, flat) if flat else [])
+        tools.embedder = self._embedder()
+        for msg, said in zip(user, split, strict=True):
+            kinds = [next(types) for _ in said]
+            roles = self._roles(said, kinds)
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
-            for sentence in sentences(msg.text):
-                done, pending = self._sentence(tools, msg, sentence, last, pending)
+            for i, sentence in enumerate(said):
+                context = said[i - 1] if i else None
+                done, pending = self._sentence(tools, msg, sentence, last, pending, kinds[i], roles[i], context)
                 results += done
         results += self._promote(tools)
         tools.working.summary = (tools.working.summary + "\n" + self._summary_line(new_messages, tools)).strip()
@@ -687,7 +737,15 @@ class RulesPolicy:
 
     # ---- one sentence ------------------------------------------------------------------
     def _sentence(
-        self, tools: MemoryTools, msg: Message, sentence: str, last: dict[str, Ref], pending: str | None
+        self,
+        tools: MemoryTools,
+        msg: Message,
+        sentence: str,
+        last: dict[str, Ref],
+        pending: str | None,
+        kind: SentenceType | None = None,
+        role: str | None = None,
+        context: str | None = None,
     ) -> tuple[list[str], str | None]:
         """Handle one sentence; return the tool results and the correction still pending, if any
         ("Sorry, I meant ISO dates." is completed by "Always use that.")."""
@@ -718,6 +776,8 @@ class RulesPolicy:
             if len(words(body)) < 2 or re.match(r"^i(?:'ve| have)? changed my mind\W*$", body, re.I):
                 return [], ""  # "Actually, I've changed my mind." -- the next sentence says how
 
+        if kind is not None and kind.label == "meta":
+            return [], None  # aimed at the memory or the rules: the guard's business, not a preference
         pref = explicit_preference(body)
         if pref:
             if pending and _ANAPHORA.search(pref) and len(content_words(pref)) <= 2:
@@ -730,6 +790,9 @@ class RulesPolicy:
             if outcome.memory_id:
                 last[conversation] = ("memory", outcome.memory_id)
             return [outcome.result], None
+
+        if kind is not None and kind.vector is not None and role == "standing":
+            return self._standing(tools, msg, _with_context(body, context), kind, last, changing), None
 
         results = []
         for signal in weak_signals(body):
@@ -747,14 +810,124 @@ class RulesPolicy:
                     last[conversation] = ("memory", contradicted.memory_id)
                     continue
             statement = self._held_statement(tools, signal)
-            if self._duplicate(tools, statement) is not None:
-                results.append(f"Already remembered: {statement}.")
+            if self._duplicate(tools, statement) is not None:  # said again: its receipt is added
+                results.append(self._remember(tools, statement + ".", evidence).result)
                 continue
             results.append(_note(tools, statement, evidence))
             last[conversation] = ("hypothesis", hypothesis_id(statement))
+        if not results and kind is not None and kind.vector is not None and role == "weak":
+            results = self._weak(tools, msg, _with_context(body, context), kind, last)
         if not results and correction:
             return [], body  # a correction we could not place: the next sentence may complete it
         return results, None
+
+    # ---- by meaning (the trained detector) --------------------------------------------
+    @staticmethod
+    def _roles(said: list[str], kinds: list[SentenceType]) -> list[str | None]:
+        """Which sentence of a message the trained detector speaks for: at most one `standing`
+        (the likeliest, and only when no pattern read an explicit preference in the message), else
+        at most one `weak`. A message counts if any of its sentences does; one memory per message."""
+        roles: list[str | None] = [None] * len(said)
+        if not kinds or kinds[0].vector is None or any(k.label == "meta" for k in kinds):
+            return roles
+        if any(explicit_preference(strip_lead_in(s)) for s in said):
+            return roles
+        bodies = [strip_lead_in(s) for s in said]
+        sure = [i for i, b in enumerate(bodies) if not UNSURE.search(b)]
+        if not sure:
+            return roles
+        standing = max(sure, key=lambda i: kinds[i].p("standing"))
+        if kinds[standing].p("standing") >= STANDING_AT:
+            roles[standing] = "standing"
+            return roles
+        mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
+        if not mine:
+            return roles
+        weak = max(mine, key=lambda i: kinds[i].p("weak") + kinds[i].p("standing"))
+        if kinds[weak].p("weak") + kinds[weak].p("standing") >= WEAK_AT:
+            roles[weak] = "weak"
+        return roles
+
+    def _embedder(self) -> Any:
+        return getattr(self.detector, "embedder", None)
+
+    def _vector(self, text: str) -> np.ndarray:
+        """A text's unit vector from the local model, cached per policy (hypotheses and memories
+        are compared again in every run)."""
+        v = self._vectors.get(text)
+        if v is None:
+            if len(self._vectors) > 20_000:
+                self._vectors.clear()
+            v = np.asarray(self.detector.embed([text])[0], dtype=np.float64)  # type: ignore[attr-defined]
+            self._vectors[text] = v
+        return v
+
+    def _clause_score(self, pieces: list[str]) -> list[float]:
+        return [t.p("standing") + t.p("weak") for t in self.detector.classify(pieces)]
+
+    def _closest_memory(self, tools: MemoryTools, vector: np.ndarray) -> tuple[Memory, float] | None:
+        agent = [m for m in tools.memories.values() if m.author == "agent"]
+        scored = [(m, float(self._vector(m.text) @ vector)) for m in agent]
+        return max(scored, key=lambda p: p[1]) if scored else None
+
+    def _standing(
+        self, tools: MemoryTools, msg: Message, body: str, kind: SentenceType, last: dict[str, Ref], changing: int
+    ) -> list[str]:
+        """A standing preference the patterns did not read: remembered at once in the user's words;
+        one that says again or changes what a memory holds (by meaning) updates that memory."""
+        evidence = [msg.message_id]
+        vector = np.asarray(kind.vector, dtype=np.float64)
+        closest = self._closest_memory(tools, vector)
+        threshold = CHANGE_TOPIC if changing or CHANGE.search(body) else SAME_TOPIC
+        if closest is not None and closest[1] >= threshold:
+            memory = closest[0]
+            if set(evidence) <= set(memory.evidence):
+                return [f"Already remembered as {memory.memory_id}."]
+            text = phrasing.memory_text(phrasing.without_old(body, memory.text), self._clause_score)
+            result = tools.update_memory(
+                memory.memory_id, text, evidence, f"the user said this again or changed it ({msg.message_id})"
+            )
+            if not result.startswith("Refused"):
+                last[msg.conversation_id] = ("memory", memory.memory_id)
+                return [result]
+        text = phrasing.memory_text(body, self._clause_score)
+        outcome = self._remember(tools, text, evidence, changing=changing or _is_standing_change(body))
+        if outcome.memory_id:
+            last[msg.conversation_id] = ("memory", outcome.memory_id)
+        return [outcome.result]
+
+    def _weak(self, tools: MemoryTools, msg: Message, body: str, kind: SentenceType, last: dict[str, Ref]) -> list[str]:
+        """A weak self-disclosure: it graduates when a held hypothesis from another conversation
+        means the same (best-matching sentence pair), citing both; else it is held."""
+        vector = np.asarray(kind.vector, dtype=np.float64)
+        closest = self._closest_memory(tools, vector)
+        if closest is not None and closest[1] >= CHANGE_TOPIC and CHANGE.search(body):
+            return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
+        text = phrasing.memory_text(body, self._clause_score)
+        best: tuple[float, Hypothesis] | None = None
+        for h in tools.working.hypotheses:
+            if msg.conversation_id in h.conversations:
+                continue
+            score = float(self._vector(h.statement) @ vector)
+            if score >= MATCH_AT and (best is None or score > best[0]):
+                best = (score, h)
+        if best is None:
+            if self._duplicate(tools, text) is not None:
+                return [f"Already remembered: {text}"]
+            last[msg.conversation_id] = ("hypothesis", hypothesis_id(text.rstrip(".")))
+            return [_note(tools, text.rstrip("."), [msg.message_id])]
+        h = best[1]
+        evidence = [m for m in h.message_ids if m in tools.shown] + [msg.message_id]
+        merged = _join(h.statement, text)
+        if best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2:
+            merged = text  # the same words again, or too long together: the newer sentence
+        outcome = self._remember(tools, merged, evidence)
+        results = [outcome.result]
+        if outcome.stored and tools.working.find(h.id) is not None:
+            results.append(tools.drop_hypothesis(h.id, f"said again by meaning in {msg.conversation_id}"))
+        if outcome.memory_id:
+            last[msg.conversation_id] = ("memory", outcome.memory_id)
+        return results
 
     @staticmethod
     def _held_statement(tools: MemoryTools, signal: Signal) -> str:
@@ -903,7 +1076,11 @@ class RulesPolicy:
         for m, score in tools.similar(text, limit=5):
             have = content_words(m.text)
             same_words = len(want) >= 2 and len(have) >= 2 and (want <= have or have <= want)
-            if (score >= DUPLICATE_SCORE or same_words) and polarity(m.text) == polarity(text):
+            if tools.embedder is not None:  # close in meaning, and one's words hold the other's
+                close = score >= DUPLICATE_MEANING and bool(want) and (want <= have or have <= want)
+            else:
+                close = score >= DUPLICATE_SCORE
+            if (close or same_words) and polarity(m.text) == polarity(text):
                 return m
         return None
 
@@ -958,6 +1135,15 @@ class RulesPolicy:
                 return m  # "I've changed my mind: always add semicolons" after "never put semicolons"
         return None
 
+    def _meaning_conflict(self, tools: MemoryTools, text: str, changing: int) -> Memory | None:
+        """The agent memory that `text` says again or changes, by meaning: the closest one, when it
+        is very close (SAME_TOPIC), or close (CHANGE_TOPIC) and the text says something changed."""
+        closest = self._closest_memory(tools, self._vector(text))
+        if closest is None:
+            return None
+        threshold = CHANGE_TOPIC if changing or CHANGE.search(text) else SAME_TOPIC
+        return closest[0] if closest[1] >= threshold else None
+
     def _remember(self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0) -> _Outcome:
         existing = self._duplicate(tools, text)
         if existing is not None:
@@ -970,6 +1156,10 @@ class RulesPolicy:
             )
             return _Outcome(result, not result.startswith("Refused"), existing.memory_id)
         conflict = self._conflict(tools, text, changing)
+        if conflict is None and self._embedder() is not None:
+            conflict = self._meaning_conflict(tools, text, changing)
+            if conflict is not None:
+                text = phrasing.without_old(text, conflict.text)
         if conflict is not None:
             result = tools.update_memory(conflict.memory_id, text, evidence, "the user changed this preference")
             return _Outcome(result, not result.startswith("Refused"), conflict.memory_id)
@@ -1009,7 +1199,30 @@ class RulesPolicy:
             result = tools.create_memory(text, evidence)
             ok = not result.startswith("Refused")
             return _Outcome(f"{refusal}\n-> {consolidated}\n-> {result}", ok, _created_id(result) if ok else None)
-        # Nothing overlaps: never evict. Hold it as a hypothesis so nothing is lost.
+        # Nothing overlaps in words: consolidate the two closest in meaning, whatever they are, so
+        # that every preference keeps its words and receipts in a shorter list (never evict).
+        if self._embedder() is not None:
+            by_meaning = sorted(
+                (
+                    (float(self._vector(a.text) @ self._vector(b.text)), a, b)
+                    for i, a in enumerate(agent)
+                    for b in agent[i + 1 :]
+                ),
+                key=lambda p: -p[0],
+            )
+            for _, a, b in by_meaning:
+                merged = _join(a.text, b.text)
+                if len(merged) > MAX_MEMORY_CHARS:
+                    continue
+                consolidated = tools.consolidate_memories(
+                    [a.memory_id, b.memory_id], merged, evidence, "budget full: the two closest in meaning"
+                )
+                if consolidated.startswith("Refused"):
+                    continue
+                result = tools.create_memory(text, evidence)
+                ok = not result.startswith("Refused")
+                return _Outcome(f"{refusal}\n-> {consolidated}\n-> {result}", ok, _created_id(result) if ok else None)
+        # Nothing fits: never evict. Hold it as a hypothesis so nothing is lost.
         for mid in evidence:
             _note(tools, text.rstrip("."), [mid])
         return _Outcome(refusal, False)
@@ -1080,6 +1293,16 @@ def _without_old(clause: str, old: str | None) -> str:
     if old:
         text = re.sub(rf"\s+from\s+{re.escape(old)}", "", text, flags=re.I)
     return _CORRECTION.sub("", strip_lead_in(text))
+
+
+_LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
+
+
+def _with_context(body: str, previous: str | None) -> str:
+    """A sentence that leans on the one before ("That's what I care about in any summary.") with it."""
+    if previous and (_LEANS_BACK.match(body) or len(words(body)) < 4):
+        return strip_lead_in(previous).rstrip() + " " + body
+    return body
 
 
 def _join(a: str, b: str) -> str:

@@ -107,6 +107,9 @@ class MemoryTools:
         self.changes: list[Change] = []
         self.refusals: list[tuple[str, str]] = []  # (tool, reason), for metrics and the transcript
         self.budget_refusals = 0
+        # compares texts by meaning when a policy brings a sentence model (the local MiniLM); else
+        # by words (the hashing embedder)
+        self.embedder: Any = None
 
     # ---- reading -----------------------------------------------------------------------
     def agent_memory_count(self) -> int:
@@ -130,9 +133,17 @@ class MemoryTools:
         evidence = ", ".join(m.evidence) or "none"
         return f"{m.memory_id} [{m.author}, v{m.version}] {m.text}\nEvidence: {evidence}"
 
+    def _vectors(self, texts: list[str]) -> list[list[float]]:
+        if self.embedder is not None:
+            return list(self.embedder.embed_sync(texts))
+        return [hashing_embed(t) for t in texts]
+
     def similar(self, text: str, limit: int = 5, min_score: float = 0.0) -> list[tuple[Memory, float]]:
-        query = hashing_embed(text)
-        scored = [(m, cosine(query, hashing_embed(m.text))) for m in self.memories.values()]
+        memories = list(self.memories.values())
+        if not memories:
+            return []
+        query, *vectors = self._vectors([text] + [m.text for m in memories])
+        scored = [(m, cosine(query, v)) for m, v in zip(memories, vectors, strict=True)]
         scored = [s for s in scored if s[1] >= min_score]
         return sorted(scored, key=lambda s: -s[1])[:limit]
 
@@ -347,7 +358,7 @@ class MemoryTools:
 
     def overlapping_pairs(self, limit: int = 3) -> list[tuple[Memory, Memory, float]]:
         agent = [m for m in self.memories.values() if m.author == "agent"]
-        vectors = {m.memory_id: hashing_embed(m.text) for m in agent}
+        vectors = dict(zip((m.memory_id for m in agent), self._vectors([m.text for m in agent]), strict=True))
         pairs = [
             (a, b, cosine(vectors[a.memory_id], vectors[b.memory_id]))
             for i, a in enumerate(agent)

@@ -1,0 +1,24 @@
+"""The default policy's word lists (data/words.toml) as whole-word, case-insensitive patterns.
+
+Lists are data, not code: what each list is for is said in the TOML file beside it.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+WORDS: dict[str, list[str]] = tomllib.loads((Path(__file__).parent / "data" / "words.toml").read_text())
+
+
+def word_pattern(name: str, anchored: bool = False) -> re.Pattern[str]:
+    """One list as a pattern; `anchored`: only at the start of the text."""
+    alternatives = sorted((re.escape(w) for w in WORDS[name]), key=len, reverse=True)
+    return re.compile(("^" if anchored else r"\b") + "(?:" + "|".join(alternatives) + r")\b", re.IGNORECASE)
+
+
+CHANGE = word_pattern("change")  # something changed: a close memory is updated, not added to
+PAST = word_pattern("past")  # a clause of an update that speaks of the old value
+UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
+OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household

@@ -1,0 +1,93 @@
+"""Memory text in the user's terms: one standalone third-person sentence that keeps the words the
+user used for what the preference is about ("Horror films are a hard no for me" -> "Horror films
+are a hard no for them."), never a template that loses them.
+
+- English: rules.as_memory (no lead-in, first person to third person, one sentence).
+- Another language: the user's sentence quoted after "User said:", so nothing is lost in a
+  translation this policy cannot make.
+- A long sentence: the run of clauses around the one that carries the preference, at most
+  MAX_CHARS characters.
+- An update: clauses that only speak of the old value ("python is done for now") are left out, so
+  the memory states the new value alone.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+
+from memwright.agent import lexicon, rules
+
+MAX_CHARS = 240
+_CLAUSE_CUT = re.compile(r"(?<=[,;:])\s+|\s+[\u2014\u2013-]{1,2}\s+|\s+\((?=[^)]*\))")
+_PAST = lexicon.PAST
+
+
+def is_english(text: str) -> bool:
+    found = rules.words(text)
+    if not found:
+        return True
+    return sum(1 for w in found if w in rules.STOP) / len(found) >= 0.2
+
+
+def clause_pieces(sentence: str) -> list[str]:
+    return [p.strip() for p in _CLAUSE_CUT.split(sentence) if p and p.strip()]
+
+
+def shorten(sentence: str, score: Callable[[list[str]], list[float]] | None = None) -> str:
+    """`sentence` if it is short enough; else the best-scoring clause (by `score`, else the first)
+    with its neighbours while they fit in MAX_CHARS."""
+    s = " ".join(sentence.split())
+    if len(s) <= MAX_CHARS:
+        return s
+    pieces = clause_pieces(s)
+    if len(pieces) < 2:
+        return s[:MAX_CHARS].rsplit(" ", 1)[0]
+    scores = score(pieces) if score else [0.0] * len(pieces)
+    best = max(range(len(pieces)), key=lambda i: (scores[i], -i))
+    lo = hi = best
+    text = pieces[best]
+    while True:
+        grew = False
+        if hi + 1 < len(pieces) and len(text) + 1 + len(pieces[hi + 1]) <= MAX_CHARS:
+            hi += 1
+            text = text + " " + pieces[hi]
+            grew = True
+        if lo > 0 and len(text) + 1 + len(pieces[lo - 1]) <= MAX_CHARS:
+            lo -= 1
+            text = pieces[lo] + " " + text
+            grew = True
+        if not grew:
+            break
+    return text[:MAX_CHARS].rsplit(" ", 1)[0] if len(text) > MAX_CHARS else text
+
+
+def memory_text(sentence: str, score: Callable[[list[str]], list[float]] | None = None) -> str:
+    """One standalone sentence about the user, in the user's words."""
+    s = shorten(rules.strip_lead_in(sentence) or sentence.strip(), score)
+    if not is_english(s):
+        return 'User said: "' + s.strip().rstrip(" .") + '".'
+    text = rules.as_memory(s)
+    if text.endswith("?.") or text.endswith("?"):
+        text = text.rstrip(".?") + "."
+    return text
+
+
+def without_old(sentence: str, old_text: str) -> str:
+    """The clauses of `sentence` that do not speak of the old value only: a clause naming a word of
+    the old memory that no other clause of the sentence uses, together with a word of the past
+    ("done", "no longer", "used to"), is dropped."""
+    pieces = clause_pieces(sentence)
+    if len(pieces) < 2:
+        return sentence
+    old = rules.content_words(old_text)
+    kept = []
+    for i, piece in enumerate(pieces):
+        others = set().union(*(rules.content_words(p) for j, p in enumerate(pieces) if j != i))
+        old_only = (rules.content_words(piece) & old) - others
+        if old_only and _PAST.search(piece):
+            continue
+        kept.append(piece)
+    result = " ".join(kept)
+    new_words = rules.content_words(result) - old
+    return result if len(new_words) >= 2 else sentence  # too little left: the user's whole sentence
