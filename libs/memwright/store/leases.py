@@ -108,6 +108,21 @@ RETURNING a.user_id, a.lease_epoch
 
 UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, $2))"
 
+# A run's end on the liveness connection, in one round trip: its lease (if still ours) and its lock
+# (when $5: the lock is on this connection, not on one that was lost). The row stays locked by the
+# update until the statement ends, so no claim sees the lock gone and the lease still held.
+RELEASE_HELD = """
+WITH released AS (
+    UPDATE agents
+    SET lease_owner = NULL,
+        lease_expires_at = CASE WHEN $4::float8 > 0 THEN now() + make_interval(secs => $4::float8) END
+    WHERE user_id = $1 AND lease_owner = $2 AND lease_epoch = $3  -- only a lease that is still ours
+    RETURNING user_id
+)
+SELECT (SELECT count(*) FROM released) AS released,
+       CASE WHEN $5 THEN pg_advisory_unlock(hashtextextended($1, $3)) END AS unlocked
+"""
+
 MARK_ABANDONED = """
 UPDATE curation_runs
 SET status = 'abandoned', finished_at = $5,  -- its ownership ended when the new run claimed the lease
@@ -288,9 +303,8 @@ class Liveness:
         """Free the lease if it is still ours (claimable again after `retry_after` s) and its lock."""
 
         async def release_one(conn: asyncpg.Connection) -> None:
-            await conn.execute(RELEASE, lease.user_id, lease.owner, lease.epoch, retry_after)
-            if lease.pid == conn.get_server_pid():  # else the lock died with the connection it was on
-                await conn.execute(UNLOCK, lease.user_id, lease.epoch)
+            held = lease.pid == conn.get_server_pid()  # else the lock died with the connection it was on
+            await conn.fetchrow(RELEASE_HELD, lease.user_id, lease.owner, lease.epoch, retry_after, held)
 
         await self._use(release_one)
 
