@@ -86,6 +86,11 @@ CURATOR_TOOL_CALLS = Counter(
 )
 CURATOR_LLM_CALLS = Counter("memwright_curator_llm_calls_total", "LLM chat completions by outcome", ["outcome"])
 CURATOR_LLM_TOKENS = Counter("memwright_curator_llm_tokens_total", "LLM tokens by kind", ["kind"])
+CURATOR_LLM_WINDOWS_SKIPPED = Counter(
+    "memwright_curator_llm_windows_skipped_total",
+    "Windows the llm policy did not send to the model: the local classifier found only one-offs and no "
+    "hypothesis to revisit (MEMWRIGHT_LLM_SKIP_ONE_OFFS)",
+)
 CURATOR_MEMORIES = Gauge(
     "memwright_curator_memories", "Memories in PostgreSQL by author (user, agent), all users together", ["author"]
 )

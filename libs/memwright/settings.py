@@ -187,6 +187,8 @@ class CuratorSettings(PostgresSettings):
     llm_timeout_s: float = 30.0  # per chat completion
     llm_max_retries: int = 2  # by the openai client, on timeouts, 429 and 5xx
     llm_max_steps: int = 16  # model calls per run (the tool-call loop is bounded)
+    # the local classifier skips the model for a window of one-offs only, with no hypothesis to revisit
+    llm_skip_one_offs: bool = True
     # pooled connections for snapshots, commits and stats, whatever the concurrency: a run holds
     # none while its model thinks; the run locks live on one more, the liveness connection
     pg_pool_max: int = 4

@@ -19,8 +19,15 @@ from tests.fakes.agent import conversation, make_tools, memory, msg
 from tests.fakes.llm_server import FakeLlm, error, slow, text, tool_call, tool_calls, tool_results
 
 
-def settings(base_url: str) -> CuratorSettings:
-    return CuratorSettings(pg_dsn="unused", policy="llm", llm_base_url=base_url, llm_model="fake-model")
+def settings(base_url: str, skip_one_offs: bool = False) -> CuratorSettings:
+    """The loop's tests send every window to the model; the skip has its own tests below."""
+    return CuratorSettings(
+        pg_dsn="unused",
+        policy="llm",
+        llm_base_url=base_url,
+        llm_model="fake-model",
+        llm_skip_one_offs=skip_one_offs,
+    )
 
 
 def policy(llm: FakeLlm, **kwargs: object) -> LlmPolicy:
@@ -238,3 +245,55 @@ def test_call_tool_clamps_search_limits() -> None:
     tools = make_tools([], [memory(f"Memory number {i}") for i in range(30)])
     result, outcome = call_tool(tools, "search_similar", json.dumps({"text": "Memory", "limit": 500}))
     assert outcome == "ok" and result.count("\n") == 19
+
+
+# ---- the local classifier's skip (on by default) ------------------------------------------
+
+
+def test_the_skip_is_on_by_default() -> None:
+    assert CuratorSettings(pg_dsn="unused").llm_skip_one_offs is True
+
+
+async def test_a_window_of_one_offs_with_no_hypothesis_makes_no_model_call_and_is_counted() -> None:
+    tools = make_tools(conversation("c1", "How far is Lyon from Geneva?", "Thanks, that works."))
+    before = sample("memwright_curator_llm_windows_skipped_total", {})
+    async with FakeLlm() as llm:
+        results = await LlmPolicy(settings(llm.base_url, skip_one_offs=True), timeout_s=5.0, max_retries=0).run(
+            tools, list(tools.shown.values())
+        )
+        assert llm.requests == []
+    assert results == [] and tools.changes == []
+    assert sample("memwright_curator_llm_windows_skipped_total", {}) - before == 1
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Always answer in metric units.",  # a pattern's explicit preference
+        "Horror films are a hard no for me, I can't stand them.",  # the classifier's standing one
+        "Forget that I live in Lisbon.",  # a request to forget
+    ],
+)
+async def test_a_window_with_something_to_act_on_goes_to_the_model(text: str) -> None:
+    tools = make_tools(conversation("c1", "How far is Lyon from Geneva?", text))
+    async with FakeLlm() as llm:
+        llm.push(text_answer())
+        await LlmPolicy(settings(llm.base_url, skip_one_offs=True), timeout_s=5.0, max_retries=0).run(
+            tools, list(tools.shown.values())
+        )
+        assert len(llm.requests) == 1, text
+
+
+async def test_a_one_off_close_to_a_held_hypothesis_goes_to_the_model() -> None:
+    tools = make_tools(conversation("c2", "what's a good stretch for a sore lower back?"))
+    tools.working.note("User has a sore lower back from sitting at a desk all day", "c1", "m0", "2026-01-01")
+    async with FakeLlm() as llm:
+        llm.push(text_answer())
+        await LlmPolicy(settings(llm.base_url, skip_one_offs=True), timeout_s=5.0, max_retries=0).run(
+            tools, list(tools.shown.values())
+        )
+        assert len(llm.requests) == 1
+
+
+def text_answer() -> object:
+    return text("nothing to remember")

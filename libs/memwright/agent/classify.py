@@ -205,3 +205,34 @@ def shared_detector() -> Detector:
             except (ImportError, ValueError, OSError):
                 _shared["d"] = PatternDetector()
         return _shared["d"]
+
+
+def only_one_offs(
+    detector: Detector, sentences: list[str], hypotheses: list[str], weak_at: float, match_at: float
+) -> bool:
+    """True when a window holds nothing a memory agent would act on: every sentence is a task or a
+    question by the detector and no pattern reads a preference, a weak signal, a change or a
+    request to forget in it, and no held hypothesis (`hypotheses`, their statements) is close in
+    meaning to any of them (none to revisit). The llm policy skips the model for such a window."""
+    from memwright.agent import rules
+
+    if not sentences:
+        return not hypotheses
+    for s in sentences:
+        body = rules.strip_lead_in(s)
+        if rules.forget_request(s) is not None or rules.change_signal(s) is not None:
+            return False
+        if rules.explicit_preference(body) or rules.weak_signals(body):
+            return False
+    kinds = detector.classify(sentences)
+    if any(k.label not in ("task", "question") or k.p("standing") + k.p("weak") >= weak_at for k in kinds):
+        return False
+    embed = getattr(detector, "embed", None)
+    if hypotheses and embed is None:
+        return False  # without a model, a hypothesis cannot be ruled out
+    if hypotheses:
+        held = embed(hypotheses)
+        said = np.asarray([k.vector for k in kinds], dtype=np.float64)
+        if float((said @ held.T).max()) >= match_at:
+            return False
+    return True

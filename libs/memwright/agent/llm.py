@@ -14,6 +14,7 @@ same tool layer as the rules policy, through chat completions with tool calling.
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from datetime import timedelta
@@ -219,6 +220,7 @@ class LlmPolicy:
         retries = max_retries if max_retries is not None else settings.llm_max_retries
         self.base_url = settings.llm_base_url
         self.fade_after = fade_after
+        self.skip_one_offs = settings.llm_skip_one_offs
         self.client = client or AsyncOpenAI(
             base_url=settings.llm_base_url,
             api_key=settings.llm_api_key or "not-needed",  # local endpoints (vLLM, Ollama) ignore it
@@ -230,6 +232,13 @@ class LlmPolicy:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         if not any(m.role == "user" for m in new_messages) and not tools.working.hypotheses:
             return results  # nothing to decide: no model call
+        if self.skip_one_offs:
+            if await asyncio.to_thread(self._one_offs_only, tools, new_messages):
+                metrics.CURATOR_LLM_WINDOWS_SKIPPED.inc()
+                return results  # the local classifier found nothing to act on: no model call
+            from memwright.agent.classify import shared_detector
+
+            tools.embedder = getattr(shared_detector(), "embedder", None)  # search_similar by meaning
         conversation: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM_PROMPT},
             {"role": "user", "content": render_context(tools, new_messages)},
@@ -258,6 +267,22 @@ class LlmPolicy:
         if final:
             tools.working.summary = (tools.working.summary + "\n" + final[:SUMMARY_CHARS]).strip()
         return results
+
+    def warm(self) -> None:
+        """Load the local classifier before the first claim (the curator calls this at start)."""
+        if self.skip_one_offs:
+            from memwright.agent.classify import shared_detector
+
+            shared_detector().classify(["warm up"])
+
+    @staticmethod
+    def _one_offs_only(tools: MemoryTools, new_messages: list[Message]) -> bool:
+        from memwright.agent import rules
+        from memwright.agent.classify import only_one_offs, shared_detector
+
+        said = [s for m in new_messages if m.role == "user" for s in rules.sentences(m.text)]
+        held = [h.statement for h in tools.working.hypotheses]
+        return only_one_offs(shared_detector(), said, held, rules.WEAK_AT, rules.REVISIT_AT)
 
     async def _complete(self, conversation: list[dict[str, Any]]) -> Any:
         try:

@@ -43,6 +43,7 @@ DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 STANDING_AT = 0.4  # p(standing) at which a sentence the patterns did not read is remembered at once
 WEAK_AT = 0.5  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 MATCH_AT = 0.6  # cosine of the best-matching sentence pair at which a weak signal has repeated
+REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the llm policy then calls its model)
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.35  # ... when the sentence says something changed (data/words.toml `change`)
 
