@@ -1,11 +1,16 @@
-"""Helpers for integration tests against the real PostgreSQL."""
+"""Helpers for integration tests against the real PostgreSQL and Kafka."""
 
 from __future__ import annotations
 
+import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
+from aiokafka import AIOKafkaConsumer, ConsumerRecord
+from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from memwright.events import Signal
+from memwright.settings import KafkaSettings
 from memwright.store.sweeps import write_window
 
 
@@ -20,3 +25,32 @@ async def sweep(pool: asyncpg.Pool, user: str, *texts: str, conv: str = "c1", ag
     async with pool.acquire() as conn:
         await write_window(conn, user, signals)
     return [s.message_id for s in signals]
+
+
+async def new_topic(kafka: KafkaSettings, purpose: str, partitions: int = 1) -> str:
+    """A topic of this test's own, beside the session's changelog topic."""
+    name = f"{kafka.topic_changelog}.{purpose}-{uuid.uuid4().hex[:6]}"
+    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.kafka_bootstrap)
+    await admin.start()
+    try:
+        await admin.create_topics([NewTopic(name, partitions, 1)])
+    finally:
+        await admin.close()
+    return name
+
+
+async def read_topic(kafka: KafkaSettings, topic: str, expected: int, timeout: float = 30) -> list[ConsumerRecord]:
+    """Every record of `topic` from the start, read until `expected` arrived (or `timeout`)."""
+    consumer = AIOKafkaConsumer(
+        topic, bootstrap_servers=kafka.kafka_bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
+    )
+    await consumer.start()
+    records: list[ConsumerRecord] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while len(records) < expected and time.monotonic() < deadline:
+            for batch in (await consumer.getmany(timeout_ms=500)).values():
+                records += batch
+    finally:
+        await consumer.stop()
+    return records

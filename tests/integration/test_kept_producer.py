@@ -8,15 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 import uuid
-from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from aiokafka import AIOKafkaConsumer, AIOKafkaProducer
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
+from aiokafka import AIOKafkaProducer
 from aiokafka.errors import OutOfOrderSequenceNumber
 from memwright.auth import mint
 from memwright.kafka import KafkaUnavailable, KeptProducer
@@ -26,6 +23,7 @@ from memwright.services.ingest.app import build_app
 from memwright.settings import IndexerSettings, IngestSettings, KafkaSettings
 
 from tests.e2e.helpers import eventually
+from tests.integration.helpers import new_topic, read_topic
 
 SIGNAL = {"schema_version": 1, "user_id": "u1", "conversation_id": "c1", "text": "Always answer in metric units"}
 
@@ -46,31 +44,12 @@ def wedge(producer: AIOKafkaProducer) -> None:
 
 
 @pytest.fixture
-async def topic(kafka: KafkaSettings) -> AsyncIterator[str]:
-    name = f"{kafka.topic_changelog}.kept-{uuid.uuid4().hex[:6]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 1, 1)])
-    finally:
-        await admin.close()
-    yield name
+async def topic(kafka: KafkaSettings) -> str:
+    return await new_topic(kafka, "kept")
 
 
-async def _values(kafka: KafkaSettings, topic: str, expected: int, timeout: float = 30) -> list[bytes]:
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=kafka.kafka_bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await consumer.start()
-    values: list[bytes] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(values) < expected and time.monotonic() < deadline:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                values += [r.value for r in batch]
-    finally:
-        await consumer.stop()
-    return values
+async def _values(kafka: KafkaSettings, topic: str, expected: int) -> list[bytes]:
+    return [r.value for r in await read_topic(kafka, topic, expected)]
 
 
 async def test_wedged_producer_is_replaced_and_the_next_send_is_delivered(kafka: KafkaSettings, topic: str) -> None:

@@ -7,14 +7,11 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
-import time
 import uuid
 from asyncio.subprocess import PIPE
 from pathlib import Path
 
 import asyncpg
-from aiokafka import AIOKafkaConsumer, ConsumerRecord
-from aiokafka.admin import AIOKafkaAdminClient, NewTopic
 from memwright.embeddings import CachedEmbedder, HashingEmbedder
 from memwright.index.drift import find_drift
 from memwright.index.relay import relay_once
@@ -25,6 +22,7 @@ from memwright.settings import KafkaSettings
 from qdrant_client import AsyncQdrantClient
 
 from tests.conftest import ROOT
+from tests.integration.helpers import new_topic, read_topic
 
 # A relay process that dies between "the broker acknowledged" and "delete the outbox rows".
 DOOMED_RELAY = """
@@ -52,33 +50,6 @@ asyncio.run(main())
 """
 
 
-async def _topic(kafka: KafkaSettings) -> str:
-    name = f"{kafka.topic_changelog}.relay-{uuid.uuid4().hex[:6]}"
-    admin = AIOKafkaAdminClient(bootstrap_servers=kafka.kafka_bootstrap)
-    await admin.start()
-    try:
-        await admin.create_topics([NewTopic(name, 3, 1)])
-    finally:
-        await admin.close()
-    return name
-
-
-async def _read_all(kafka: KafkaSettings, topic: str, expected: int, timeout: float = 30) -> list[ConsumerRecord]:
-    consumer = AIOKafkaConsumer(
-        topic, bootstrap_servers=kafka.kafka_bootstrap, auto_offset_reset="earliest", enable_auto_commit=False
-    )
-    await consumer.start()
-    records: list[ConsumerRecord] = []
-    deadline = time.monotonic() + timeout
-    try:
-        while len(records) < expected and time.monotonic() < deadline:
-            for batch in (await consumer.getmany(timeout_ms=500)).values():
-                records += batch
-    finally:
-        await consumer.stop()
-    return records
-
-
 async def _outbox(db: asyncpg.Pool) -> int:
     return int(await db.fetchval("SELECT count(*) FROM index_outbox"))
 
@@ -86,7 +57,7 @@ async def _outbox(db: asyncpg.Pool) -> int:
 async def test_relay_killed_between_produce_and_delete_produces_again_and_still_converges(
     db: asyncpg.Pool, pg_dsn: str, kafka: KafkaSettings, tmp_path: Path
 ) -> None:
-    topic = await _topic(kafka)
+    topic = await new_topic(kafka, "relay", partitions=3)
     memories = [uuid.uuid4() for _ in range(20)]
     await db.executemany(
         "INSERT INTO memories (memory_id, user_id, author, text) VALUES ($1, $2, 'user', $3)",
@@ -107,7 +78,7 @@ async def test_relay_killed_between_produce_and_delete_produces_again_and_still_
             line = (await asyncio.wait_for(doomed.stdout.readline(), 60)).decode()
             assert line, "the doomed relay exited before the broker acknowledged"
         assert line.split() == ["ACKED", "20"], line
-        assert len(await _read_all(kafka, topic, 20)) == 20  # the broker has every event...
+        assert len(await read_topic(kafka, topic, 20)) == 20  # the broker has every event...
         assert await _outbox(db) == 20  # ...and the rows are still there
     finally:
         doomed.send_signal(signal.SIGKILL)
@@ -128,7 +99,7 @@ async def test_relay_killed_between_produce_and_delete_produces_again_and_still_
         await producer.stop()
     assert sent == 20 and await _outbox(db) == 0
 
-    records = await _read_all(kafka, topic, 40)
+    records = await read_topic(kafka, topic, 40)
     assert len(records) == 40  # every change twice: at least once, never lost
 
     client = AsyncQdrantClient(path=str(tmp_path / "qdrant"))
