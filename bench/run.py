@@ -5,7 +5,8 @@ line, one JSON object with every figure.
     eval "$(deploy/local/stack.sh env)"          # or let `make bench` start the stack
     .venv/bin/python -m bench.run                 # a few minutes
     .venv/bin/python -m bench.run --quick         # shorter loads, 10 s long window: a smoke run
-    .venv/bin/python -m bench.run --only ingest   # one part: ingest | context | pipeline | curator | window | embedder
+    .venv/bin/python -m bench.run --only ingest   # one part: ingest, context, pipeline, curator, window,
+                                                  # embedder or classifier
 
 The bench uses its own database (memwright_bench_<run>) and Kafka topics (b<run>...) on the
 stack named by MEMWRIGHT_PG_DSN / MEMWRIGHT_KAFKA_BOOTSTRAP, and removes them at the end.
@@ -26,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import context, curation, embedder, ingest, pipeline
+from bench import classifier, context, curation, embedder, ingest, pipeline
 from bench.harness import BenchStack
 
-PARTS = ("ingest", "context", "pipeline", "curator", "window", "embedder")
+PARTS = ("ingest", "context", "pipeline", "curator", "window", "embedder", "classifier")
 
 
 def say(line: str) -> None:
@@ -70,6 +71,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     try:
         if "embedder" in parts:  # no stack needed: fresh processes, the local model beside hashing
             report["embedder"] = await embedder.run(say, quick)
+        if "classifier" in parts:  # no stack needed: the default policy's classifier, the llm skip
+            report["classifier"] = await classifier.run(say, quick)
         if "ingest" in parts:
             cfg = ingest.IngestConfig(
                 single_rates=args.single_rates or ((200.0, 1000.0) if quick else (500.0, 1000.0, 2000.0)),

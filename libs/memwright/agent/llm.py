@@ -282,7 +282,7 @@ class LlmPolicy:
 
         said = [s for m in new_messages if m.role == "user" for s in rules.sentences(m.text)]
         held = [h.statement for h in tools.working.hypotheses]
-        return only_one_offs(shared_detector(), said, held, rules.WEAK_AT, rules.REVISIT_AT)
+        return only_one_offs(shared_detector(), said, held, rules.SKIP_BELOW, rules.REVISIT_AT)
 
     async def _complete(self, conversation: list[dict[str, Any]]) -> Any:
         try:

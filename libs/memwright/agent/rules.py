@@ -44,6 +44,7 @@ STANDING_AT = 0.4  # p(standing) at which a sentence the patterns did not read i
 WEAK_AT = 0.5  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 MATCH_AT = 0.6  # cosine of the best-matching sentence pair at which a weak signal has repeated
 REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the llm policy then calls its model)
+SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.35  # ... when the sentence says something changed (data/words.toml `change`)
 

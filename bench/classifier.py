@@ -1,0 +1,195 @@
+"""The default policy's mind, priced: the sentence classifier (MiniLM + the trained head) and the
+llm policy's skip.
+
+    .venv/bin/python -m bench.run --only classifier      # or: .venv/bin/python -m bench.classifier
+
+1. In a fresh process (as a curator starts): the detector's load time and resident memory, then the
+   classification cost per message (split into sentences, classified in one call, as a run does)
+   on the embedder bench's messages (bench/embedder.py), one message at a time and in runs of 20.
+2. Model calls per 100 user windows on a realistic mix, with and without the skip: every
+   conversation of the labelled train and dev splits is one window (the curator's unit of work;
+   test is never read here). The hypotheses a window could revisit are those the default policy
+   holds at that point (it is replayed beside), so "no hypothesis to revisit" is judged as it would
+   be in a live curator. A model that answers with no tool call makes one call per window it is
+   sent; a real model makes a few per window, so the ratio carries over. Items at risk: expected
+   memories (remember and update items) all of whose evidence sits in skipped windows.
+
+No stack needed; nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import copy
+import json
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from bench.embedder import _rss_mb, corpus
+
+
+def child(messages: int, singles: int) -> dict[str, Any]:
+    """Runs in a fresh process: load the detector, then time it per message."""
+    started = time.perf_counter()
+    from memwright.agent import rules
+    from memwright.agent.classify import shared_detector
+
+    imported = time.perf_counter()
+    rss_before, _ = _rss_mb()
+    detector = shared_detector()
+    detector.classify(["warm up"])
+    loaded = time.perf_counter()
+    rss_loaded, _ = _rss_mb()
+    texts = corpus(messages)
+    split = [rules.sentences(t) for t in texts]
+    per_message = []
+    cpu0 = time.process_time()
+    for said in split[:singles]:
+        t0 = time.perf_counter()
+        detector.classify(said)
+        per_message.append((time.perf_counter() - t0) * 1000)
+    single_cpu = time.process_time() - cpu0
+    t0, cpu0 = time.perf_counter(), time.process_time()
+    for start in range(0, len(split), 20):
+        detector.classify([s for said in split[start : start + 20] for s in said])
+    batch_s, batch_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    rss_after, peak = _rss_mb()
+    return {
+        "detector": detector.version,
+        "import_s": round(imported - started, 3),
+        "load_s": round(loaded - imported, 3),
+        "rss_before_mb": rss_before,
+        "rss_loaded_mb": rss_loaded,
+        "rss_model_mb": round(rss_loaded - rss_before, 1),
+        "rss_after_mb": rss_after,
+        "rss_peak_mb": peak,
+        "messages": len(texts),
+        "sentences_per_message": round(sum(map(len, split)) / len(split), 2),
+        "message_p50_ms": round(statistics.median(per_message), 2),
+        "message_p95_ms": round(statistics.quantiles(per_message, n=20)[-1], 2),
+        "message_cpu_ms": round(single_cpu * 1000 / len(per_message), 2),
+        "batched_message_ms": round(batch_s * 1000 / len(split), 2),
+        "batched_message_cpu_ms": round(batch_cpu * 1000 / len(split), 2),
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+async def _measure(messages: int, singles: int) -> dict[str, Any]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "bench.classifier",
+        "--child",
+        "--messages",
+        str(messages),
+        "--singles",
+        str(singles),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    out, err = await proc.communicate()
+    if proc.returncode != 0:
+        raise RuntimeError(f"classifier bench child failed: {err.decode()[-2000:]}")
+    return dict(json.loads(out.decode().strip().splitlines()[-1]))
+
+
+async def windows(splits: tuple[str, ...] = ("train", "dev")) -> dict[str, Any]:
+    """Model calls per 100 user windows with and without the skip, on the labelled splits."""
+    from memwright.agent.llm import LlmPolicy
+    from memwright.agent.rules import RulesPolicy
+    from memwright.agent.tools import Memory, MemoryTools, Message
+    from memwright.agent.working import WorkingMemory
+    from memwright.eval.dataset import load, split_path
+
+    replay = RulesPolicy()
+    total = skipped = items = at_risk = 0
+    cost: list[float] = []
+    for name in splits:
+        for case in load(split_path(name)):
+            memories: list[Memory] = []
+            working = WorkingMemory()
+            clock = datetime(2026, 1, 1, tzinfo=UTC)
+            skipped_ids: set[str] = set()
+            seq = 0
+            for conversation in case.conversations:
+                new = []
+                for m in conversation.messages:
+                    seq += 1
+                    clock += timedelta(minutes=1)
+                    new.append(Message(m.message_id, conversation.conversation_id, m.text, m.role, clock, seq))
+                if not any(m.role == "user" for m in new) and not working.hypotheses:
+                    continue
+                shown = {m.message_id: m for m in new}
+                tools = MemoryTools(case.user_id, copy.deepcopy(memories), shown, 40, copy.deepcopy(working))
+                total += 1
+                t0 = time.process_time()
+                if LlmPolicy._one_offs_only(tools, new):
+                    skipped += 1
+                    skipped_ids |= {m.message_id for m in new}
+                cost.append(time.process_time() - t0)
+                await replay.run(tools, new)
+                memories, working = list(tools.memories.values()), tools.working
+            for item in [*case.remember, *case.update]:
+                evidence = getattr(item, "evidence_any", None) or [*item.old_evidence, *item.new_evidence]  # type: ignore[union-attr]
+                items += 1
+                at_risk += all(e in skipped_ids for e in evidence)
+    return {
+        "splits": list(splits),
+        "windows": total,
+        "calls_per_100_windows_without_skip": 100.0,
+        "calls_per_100_windows_with_skip": round(100.0 * (total - skipped) / max(1, total), 1),
+        "windows_skipped": skipped,
+        "expected_items": items,
+        "items_in_skipped_windows_only": at_risk,
+        "skip_check_cpu_ms_per_window": round(1000 * statistics.mean(cost), 2) if cost else None,
+    }
+
+
+async def run(say: Callable[[str], None], quick: bool) -> dict[str, Any]:
+    messages, singles = (60, 30) if quick else (200, 100)
+    say("-- classifier: the default policy's sentence classifier and the llm skip --")
+    cost = await _measure(messages, singles)
+    say(
+        f"   {cost['detector']}: load {cost['load_s']:.2f}s (imports {cost['import_s']:.2f}s), resident "
+        f"+{cost['rss_model_mb']:.0f} MB ({cost['rss_loaded_mb']:.0f} MB loaded, peak {cost['rss_peak_mb']:.0f} MB)"
+    )
+    say(
+        f"   per message ({cost['sentences_per_message']} sentences): p50 {cost['message_p50_ms']:.1f} ms, "
+        f"p95 {cost['message_p95_ms']:.1f} ms, {cost['message_cpu_ms']:.1f} ms CPU; in runs of 20 messages "
+        f"{cost['batched_message_ms']:.1f} ms each (load average {cost['load_average']})"
+    )
+    mix = await windows()
+    say(
+        f"   {mix['windows']} user windows (train and dev conversations): model calls per 100 windows "
+        f"{mix['calls_per_100_windows_without_skip']:.0f} without the skip, "
+        f"{mix['calls_per_100_windows_with_skip']:.1f} with it; expected items whose evidence lies only in "
+        f"skipped windows: {mix['items_in_skipped_windows_only']} of {mix['expected_items']}; "
+        f"the check costs {mix['skip_check_cpu_ms_per_window']} ms CPU per window"
+    )
+    return {"cost": cost, "skip": mix}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.classifier", description=__doc__.split("\n\n")[0])
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--messages", type=int, default=200)
+    p.add_argument("--singles", type=int, default=100)
+    p.add_argument("--quick", action="store_true")
+    args = p.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args.messages, args.singles)))
+        return 0
+    report = asyncio.run(run(lambda line: print(line, flush=True), args.quick))
+    print(json.dumps(report, separators=(",", ":")))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
