@@ -159,8 +159,12 @@ async def run(stack: BenchStack, cfg: ContextConfig, say: Callable[[str], None])
             full = _api_sender(http, url, stack, cfg.users, None, 200)
             conditional = _api_sender(http, url, stack, cfg.users, etags, 304)
             raw = _raw_sender(raw_pool, cfg.users)
-            for warm in (raw, full, conditional):  # not counted: connections, the statement cache, the JIT
-                await open_loop(warm, 200, cfg.warmup_s)
+            # Warm-up, not counted, at each path's highest measured rate: the client's connection pool
+            # grows to what that rate needs (new TCP connections to the api slowed the first seconds of
+            # the first point by hundreds of ms), and the statement caches fill.
+            top = max((*cfg.rates_200, *cfg.rates_304))
+            for warm, rate in ((raw, top), (full, max(cfg.rates_200)), (conditional, max(cfg.rates_304))):
+                await open_loop(warm, rate, cfg.warmup_s)
             points: list[dict[str, Any]] = []
             rss_load = 0
             for mode, send, rates in (("200", full, cfg.rates_200), ("304", conditional, cfg.rates_304)):
