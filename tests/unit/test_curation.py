@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
 from memwright.curation import Curator, Run
-from memwright.settings import CuratorSettings
+from memwright.settings import CuratorSettings, SettingsError
 from memwright.store.leases import Lease
 
 LEASE = 0.3
@@ -101,3 +102,10 @@ async def test_a_run_released_during_a_heartbeat_is_not_counted_lost() -> None:
     live.renew = renew_then_release  # type: ignore[method-assign]
     await beat(c, 1)
     assert not run.lease_lost.is_set()
+
+
+def test_a_curators_pool_is_a_handful_by_default_whatever_its_concurrency() -> None:
+    env = {"MEMWRIGHT_PG_DSN": "postgresql://unused", "MEMWRIGHT_CONCURRENCY": "64"}
+    assert CuratorSettings.from_env(env).pg_pool_max == 4
+    with pytest.raises(SettingsError, match="MEMWRIGHT_PG_POOL_MAX"):
+        CuratorSettings.from_env({**env, "MEMWRIGHT_PG_POOL_MAX": "0"})
