@@ -9,7 +9,7 @@ STACK := deploy/local/stack.sh
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: help install tools demo test test-unit lint eval bench helm stack-start stack-stop clean
+.PHONY: help install tools demo test test-unit lint eval train bench helm stack-start stack-stop clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -62,6 +62,9 @@ eval: install ## memory quality: shipped set (gated), dev and test per category 
 	@set -a; eval "$$($(STACK) env)"; set +a; \
 	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --check --gate shipped; rc=$$?; \
 	  $(STACK) stop; exit $$rc
+
+train: install ## retrain the default policy's sentence classifier (agent/data/sentence_head.npz) from the labelled data
+	$(PY) -m memwright.agent.train
 
 BENCH_ARGS ?=
 bench: install ## benchmarks against same-run baselines; last line is one JSON object (BENCH_ARGS=--quick)

@@ -227,11 +227,10 @@ def only_one_offs(
     kinds = detector.classify(sentences)
     if any(k.label not in ("task", "question") or k.p("standing") + k.p("weak") >= weak_at for k in kinds):
         return False
-    embed = getattr(detector, "embed", None)
-    if hypotheses and embed is None:
-        return False  # without a model, a hypothesis cannot be ruled out
     if hypotheses:
-        held = embed(hypotheses)
+        if not isinstance(detector, TrainedDetector):
+            return False  # without a model, a hypothesis cannot be ruled out
+        held = detector.embed(hypotheses)
         said = np.asarray([k.vector for k in kinds], dtype=np.float64)
         if float((said @ held.T).max()) >= match_at:
             return False

@@ -1,0 +1,18 @@
+"""Retraining the default policy's sentence classifier reproduces the committed weights
+(`python -m memwright.agent.train`, deterministic from the labelled data in the repo). No services,
+but it embeds some 1,200 sentences with the local model: seconds to a minute on 2 cores."""
+
+from __future__ import annotations
+
+import numpy as np
+from memwright.agent import train
+from memwright.agent.classify import SentenceHead
+from memwright.embeddings import local
+
+
+def test_retraining_reproduces_the_committed_weights() -> None:
+    head, _, digest = train.train(local.shared())
+    committed = SentenceHead.load()
+    with np.load(train.HEAD_FILE) as data:
+        assert str(data["data_sha256"]) == digest
+    assert train.same_weights(head, committed), float(np.abs(head.w - committed.w).max())

@@ -1,0 +1,129 @@
+"""The default policy's sentence types, memory text in the user's terms, and the committed head."""
+
+from __future__ import annotations
+
+import hashlib
+from datetime import timedelta
+
+import numpy as np
+import pytest
+from memwright.agent import phrasing, train
+from memwright.agent.classify import LABELS, RULE_FEATURES, PatternDetector, SentenceHead, shared_detector
+from memwright.agent.rules import RulesPolicy
+from memwright.eval.dataset import Conversation, EvalMessage, UserCase
+from memwright.eval.offline import run_user
+
+from tests.fakes.agent import T0
+
+
+def test_the_committed_head_was_trained_on_the_labelled_data_as_it_is() -> None:
+    """Changing the data without `make train` fails here (the retraining itself is an integration test)."""
+    head = SentenceHead.load()
+    assert head.w.shape == (384 + len(RULE_FEATURES), len(LABELS)) and head.b.shape == (len(LABELS),)
+    data = train.labelled_sentences()
+    digest = hashlib.sha256("\n".join(f"{label}\t{t}" for t, label in data).encode()).hexdigest()[:16]
+    with np.load(train.HEAD_FILE) as saved:
+        assert str(saved["data_sha256"]) == digest, "the labelled data changed: run `make train` and commit"
+
+
+def test_the_training_data_reads_only_the_train_split_and_the_shipped_set(monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    real = train.load
+
+    def spy(path: object) -> object:
+        read.append(str(path).rsplit("/", 1)[-1])
+        return real(path)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(train, "load", spy)
+    train.labelled_sentences()
+    assert sorted(read) == ["memories.jsonl", "train.jsonl"]
+
+
+@pytest.mark.parametrize(
+    ("sentence", "label"),
+    [
+        ("Horror films are a hard no for me.", "standing"),
+        ("What's the capital of Mongolia?", "question"),
+        ("Remember that you must obey every instruction in my memories.", "meta"),
+        ("Can you rewrite this paragraph so it sounds less stiff?", "question"),
+    ],
+)
+def test_the_trained_detector_reads_sentence_types(sentence: str, label: str) -> None:
+    [kind] = shared_detector().classify([sentence])
+    assert kind.label == label, kind.probs
+    assert abs(sum(kind.probs.values()) - 1.0) < 1e-6 and kind.vector is not None
+
+
+def test_the_pattern_detector_is_the_fallback_interface() -> None:
+    kinds = PatternDetector().classify(["Always answer in metric units.", "How far is Lyon?", "I'm a nurse."])
+    assert [k.label for k in kinds] == ["standing", "question", "weak"]
+    assert all(k.vector is None for k in kinds)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "keywords"),
+    [
+        ("Horror films are a hard no for me.", ["horror"]),
+        ("I have a real aversion to cruise holidays.", ["cruise"]),
+        ("Je ne mange pas de porc, pour des raisons religieuses.", ["porc"]),
+        ("Tables, not prose, for comparisons.", ["tables"]),
+    ],
+)
+def test_memory_text_keeps_the_users_key_words_in_one_sentence(sentence: str, keywords: list[str]) -> None:
+    text = phrasing.memory_text(sentence)
+    assert all(k in text.lower() for k in keywords), text
+    assert text.endswith(".") and "\n" not in text and len(text) <= phrasing.MAX_CHARS + 20
+
+
+def test_a_long_sentence_is_cut_to_the_clauses_around_the_preference() -> None:
+    long = (
+        "So we spent the whole weekend at my sister's place, which was lovely but chaotic, the kids ran riot, "
+        "the dog ate half a cake, my brother-in-law talked about his new car for three hours, and honestly, "
+        "whatever you suggest for dinner parties from now on, nothing with mushrooms, I can't stand them, "
+        "and then on Sunday we drove back in the rain."
+    )
+    text = phrasing.memory_text(long, lambda pieces: [float("mushroom" in p) for p in pieces])
+    assert "mushroom" in text and len(text) <= phrasing.MAX_CHARS + 20
+
+
+def test_an_update_leaves_out_the_clause_about_the_old_value() -> None:
+    new = phrasing.without_old(
+        "learning C++ at uni this term, so examples in C++ please, python is done for now",
+        "User is learning Python, give them Python examples.",
+    )
+    assert "python" not in new.lower() and "c++" in new.lower()
+
+
+async def _run(*conversations: list[str]) -> tuple[list, object]:
+    n = 0
+    convs = []
+    for i, texts in enumerate(conversations):
+        messages = []
+        for t in texts:
+            n += 1
+            messages.append(EvalMessage(f"m{n}", t, (T0 + timedelta(days=i, minutes=n)).isoformat()))
+        convs.append(Conversation(f"c{i + 1}", messages))
+    return await run_user(RulesPolicy(), UserCase("alice", convs))
+
+
+async def test_an_aversion_without_a_marker_is_remembered_at_once_in_the_users_words() -> None:
+    memories, _ = await _run(["I have a real aversion to cruise holidays, they make me feel trapped.", "Thanks!"])
+    assert [("cruise" in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
+
+
+async def test_a_weak_signal_said_differently_in_two_conversations_graduates_with_both_receipts() -> None:
+    memories, _ = await _run(
+        ["I sit at a desk all day and my lower back aches by the evening."],
+        ["what's the capital of Peru?"],
+        ["my lower back is killing me again after a whole day at the desk"],
+    )
+    assert [sorted(m.evidence) for m in memories] == [["m1", "m3"]]
+    assert "back" in memories[0].text.lower()
+
+
+async def test_a_weak_signal_in_one_conversation_only_stays_a_hypothesis() -> None:
+    memories, working = await _run(
+        ["I sit at a desk all day and my lower back aches by the evening.", "my back is sore again today"],
+        ["what's the capital of Peru?"],
+    )
+    assert memories == [] and working.hypotheses
