@@ -213,7 +213,7 @@ class EmbedderSettings(BaseSettings):
     embed_base_url: str = ""
     embed_model: str = "text-embedding-3-small"
     embed_api_key: str = field(default="", repr=False)
-    embed_threads: int = 0  # local: onnxruntime threads per process; 0: one per core
+    embed_threads: int = 1  # local: onnxruntime threads per process (1 is fastest on shared cores); 0: one per core
 
     def validate(self) -> None:
         super().validate()

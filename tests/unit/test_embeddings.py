@@ -63,7 +63,7 @@ def test_every_in_process_embedder_can_be_called_from_synchronous_code() -> None
 
 
 def test_embedder_settings_name_the_variable_at_start() -> None:
-    assert EmbedderSettings.from_env({}).embedder == "hashing"
+    assert (EmbedderSettings.from_env({}).embedder, EmbedderSettings.from_env({}).embed_threads) == ("hashing", 1)
     assert EmbedderSettings.from_env({"MEMWRIGHT_EMBEDDER": "local", "MEMWRIGHT_EMBED_THREADS": "2"}).embed_threads == 2
     with pytest.raises(SettingsError, match="MEMWRIGHT_EMBEDDER='word2vec': choose 'hashing', 'openai' or 'local'"):
         EmbedderSettings.from_env({"MEMWRIGHT_EMBEDDER": "word2vec"})

@@ -128,8 +128,9 @@ class LocalEmbedder:
     name = "local-minilm"
     dim = DIM
 
-    def __init__(self, threads: int = 0, cache_dir: Path | None = DEFAULT_CACHE_DIR, batch_size: int = 32) -> None:
-        """threads: onnxruntime intra-op threads (0: one per core). cache_dir: where the built
+    def __init__(self, threads: int = 1, cache_dir: Path | None = DEFAULT_CACHE_DIR, batch_size: int = 32) -> None:
+        """threads: onnxruntime intra-op threads (0: one per core; one is fastest when the cores
+        are shared, see docs/indexing.md). cache_dir: where the built
         ONNX graph is kept (None: build it in memory every time)."""
         started = time.perf_counter()
         try:
@@ -200,7 +201,7 @@ _shared: dict[int, LocalEmbedder] = {}
 _shared_lock = threading.Lock()
 
 
-def shared(threads: int = 0) -> LocalEmbedder:
+def shared(threads: int = 1) -> LocalEmbedder:
     """The process's one local model, loaded on first use: the indexer's vectors, the agent's
     similarity and a classifier head over the embedding share it instead of each holding the
     weights (a few hundred MB) again."""
