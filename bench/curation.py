@@ -4,10 +4,10 @@ Curator: with the curator stopped, N users each post one explicit preference; on
 has put all N in the backlog, one curator process (one worker, MEMWRIGHT_CONCURRENCY runs at
 once) is started and users/s is read from curation_runs (first start to last finish), so its
 start-up is not counted. Then the same with the llm policy against a local OpenAI-compatible
-endpoint that answers after `llm_delay_s`, at concurrency 4, 16 and 64: users/s against the ideal,
-concurrency / (delay x calls per run), and the PostgreSQL connections the curator held meanwhile
-(pg_stat_activity by application_name, sampled every 0.1 s: its pool and its liveness connection;
-a run holds none while its model thinks).
+endpoint that answers after `llm_delay_s`, at concurrency 4, 16 and 64 with the default pool (4),
+and at 64 with a pool of 16: users/s against the ideal, concurrency / (delay x calls per run), and
+the PostgreSQL connections the curator held meanwhile (pg_stat_activity by application_name,
+sampled every 0.1 s: its pool and its liveness connection; a run holds none while its model thinks).
 
 Indexer: the indexer is stopped while the rules curator writes those N memories, so their
 outbox rows wait; it is then started and `memwright_indexer_events_applied_total` (its ops
@@ -55,6 +55,7 @@ class CuratorConfig:
     llm_delay_s: float = 1.0
     concurrency: int = 4
     llm_concurrency: tuple[int, ...] = (4, 16, 64)  # the llm policy's users/s and connections at each
+    llm_wide_pool: int = 16  # and once more at the highest concurrency with this MEMWRIGHT_PG_POOL_MAX
     index_events: int = 2000  # user-written memories added to the indexer's backlog
 
 
@@ -265,9 +266,14 @@ async def _llm(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) -
 
     figures = []
     async with fake_llm_server(cfg.llm_delay_s) as fake:
-        for concurrency in cfg.llm_concurrency:
+        # the default pool (4) at each concurrency; then a wider pool at the highest: what it buys
+        points = [(c, None) for c in cfg.llm_concurrency] + [(max(cfg.llm_concurrency), cfg.llm_wide_pool)]
+        for concurrency, pool_max in points:
             # at least three waves of runs, so the span is not all ramp-up and drain
-            users = [f"llm{concurrency}-{pipe.stack.run_id}-{i}" for i in range(max(cfg.llm_users, 3 * concurrency))]
+            users = [
+                f"llm{concurrency}p{pool_max or ''}-{pipe.stack.run_id}-{i}"
+                for i in range(max(cfg.llm_users, 3 * concurrency))
+            ]
             calls_before = fake.requests()
             figure = await _curate(
                 pipe,
@@ -276,7 +282,9 @@ async def _llm(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) -
                 MEMWRIGHT_POLICY="llm",
                 MEMWRIGHT_LLM_BASE_URL=fake.base_url,
                 MEMWRIGHT_LLM_API_KEY="bench",
+                **({"MEMWRIGHT_PG_POOL_MAX": str(pool_max)} if pool_max else {}),
             )
+            figure["pool_max"] = pool_max or 4
             calls = fake.requests() - calls_before
             per_run = calls / figure["runs"] if figure["runs"] else float("nan")
             ideal = concurrency / (cfg.llm_delay_s * per_run) if per_run == per_run and per_run else None
@@ -291,7 +299,8 @@ async def _llm(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) -
             )
             say(
                 f"  curator, llm policy ({cfg.llm_delay_s:g}s per answer, {per_run:.1f} calls per run), concurrency "
-                f"{concurrency:>2}: {figure['users_per_s']} users/s ({figure['curated']}/{len(users)} users, peak "
+                f"{concurrency:>2}, pool max {figure['pool_max']:>2}: {figure['users_per_s']} users/s "
+                f"({figure['curated']}/{len(users)} users, peak "
                 f"{figure['runs_at_once_peak']} runs at once) on {figure['connections_peak']} PostgreSQL connections "
                 f"held (pool {figure['pool_connections_peak']} + liveness {figure['liveness_connections_peak']})"
                 f"  |  ideal: {ideal or 0:.2f} users/s (concurrency / (delay x calls per run)) = "
@@ -317,7 +326,7 @@ async def run(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None]) ->
     indexer = await _indexer(pipe, cfg, say)
     rebuild = await _rebuild(pipe, say)
     llm = await _llm(pipe, cfg, say)
-    first = next((f for f in llm if f.get("concurrency") == cfg.concurrency), llm[0])
+    first = next((f for f in llm if f.get("concurrency") == cfg.concurrency), llm[0])  # the default pool
     return {
         "curator_rules": rules,
         "curator_llm": first,  # at the curator's default concurrency, as before
