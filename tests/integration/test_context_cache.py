@@ -11,6 +11,7 @@ query on release (asyncpg housekeeping, not the handler's) is left out of the co
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import AsyncIterator, Callable
 from typing import Any
@@ -356,3 +357,25 @@ async def test_two_users_never_share_a_cached_block_or_an_etag(processes: Any, c
         for other in {alice_etag, bob_etag, carol_etag, dave_etag} - {own}:
             assert (await api.get(user, other))[:2] == (200, own), "another user's ETag never gets a 304"
     assert (counts.previews, counts.renders) == (0, 0)
+
+
+async def test_the_cache_holds_at_most_the_configured_number_of_users(
+    db: asyncpg.Pool, pg_dsn: str, counts: Counts
+) -> None:
+    settings = dataclasses.replace(SETTINGS, context_cache_users=1)
+    pool = await asyncpg.create_pool(pg_dsn, min_size=1, max_size=2, init=init_connection)
+    try:
+        async with TestClient(TestServer(build_app(settings, pool))) as client:
+            api = Process(client, counts)
+            for user in ("alice", "bob"):
+                await api.call("POST", f"/v1/users/{user}/memories", user, ["memories:write"], {"text": "tea"})
+            await api.get("alice")
+            await api.get("bob")  # alice's block is dropped: the cache holds one user
+            counts.clear()
+            await api.get("bob")
+            assert counts.renders == 0
+            await api.get("alice")
+            assert counts.renders == 1
+            assert len(client.server.app[CONTEXT_READS].cache) == 1
+    finally:
+        await pool.close()

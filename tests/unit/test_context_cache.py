@@ -11,8 +11,10 @@ import random
 from collections.abc import AsyncIterator
 from typing import Any
 
+import pytest
 from memwright.services.api import context
 from memwright.services.api.context_cache import ContextCache, VersionChecks, etag, not_modified, render
+from memwright.settings import ApiSettings, SettingsError
 
 PREVIEW = {"id": "m1", "preview": "Always answer in metric units", "author": "agent", "kind": "preference"}
 
@@ -43,6 +45,14 @@ def test_one_users_block_is_never_served_for_another() -> None:
     assert cache.get("bob", 3) is None
     assert etag("alice", 3) != etag("bob", 3)  # alice's ETag never gets a 304 on bob's context
     assert not_modified(etag("alice", 3), etag("bob", 3)) is False
+
+
+def test_the_cache_size_is_a_setting_and_a_negative_one_is_refused() -> None:
+    env = {"MEMWRIGHT_PG_DSN": "x", "MEMWRIGHT_JWT_SECRET": "k" * 40}
+    assert ApiSettings.from_env(env).context_cache_users == 2048
+    assert ApiSettings.from_env({**env, "MEMWRIGHT_CONTEXT_CACHE_USERS": "0"}).context_cache_users == 0
+    with pytest.raises(SettingsError, match="MEMWRIGHT_CONTEXT_CACHE_USERS"):
+        ApiSettings.from_env({**env, "MEMWRIGHT_CONTEXT_CACHE_USERS": "-1"})
 
 
 def test_a_zero_capacity_cache_holds_nothing() -> None:
