@@ -131,7 +131,7 @@ async def test_repetition_inside_one_conversation_stays_a_hypothesis() -> None:
         ["What's a good board game for four players?"],
     )
     assert memories == []
-    [h] = working.hypotheses
+    [h] = [h for h in working.hypotheses if "teacher" in h.statement.lower()]  # other messages may be held too
     assert (h.statement, h.count, h.conversations, h.message_ids) == ("User is a teacher", 2, ["c1"], ["m1", "m3"])
 
 

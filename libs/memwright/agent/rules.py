@@ -41,8 +41,10 @@ DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
 DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
 STANDING_AT = 0.4  # p(standing) at which a sentence the patterns did not read is remembered at once
-WEAK_AT = 0.5  # p(weak) + p(standing) at which a sentence is held as a hypothesis
-MATCH_AT = 0.6  # cosine of the best-matching sentence pair at which a weak signal has repeated
+STANDING_AT_OTHER_LANGUAGE = 0.5  # the same for a sentence not in English (the model reads English best)
+WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
+MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
+SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a repeated request)
 REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the llm policy then calls its model)
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
@@ -839,7 +841,8 @@ class RulesPolicy:
         if not sure:
             return roles
         standing = max(sure, key=lambda i: kinds[i].p("standing"))
-        if kinds[standing].p("standing") >= STANDING_AT:
+        at = STANDING_AT if phrasing.is_english(bodies[standing]) else STANDING_AT_OTHER_LANGUAGE
+        if kinds[standing].p("standing") >= at:
             roles[standing] = "standing"
             return roles
         mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
@@ -863,6 +866,13 @@ class RulesPolicy:
             v = np.asarray(self.detector.embed([text])[0], dtype=np.float64)  # type: ignore[attr-defined]
             self._vectors[text] = v
         return v
+
+    def _sentence_vectors(self, texts: list[str]) -> np.ndarray:
+        """The vectors of the sentences of `texts` that say something (three content words or more)."""
+        said = [s for t in texts for s in sentences(t) if len(content_words(s)) >= 3]
+        if not said:
+            return np.zeros((0, 1))
+        return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
 
     def _clause_score(self, pieces: list[str]) -> list[float]:
         return [t.p("standing") + t.p("weak") for t in self.detector.classify(pieces)]
@@ -906,11 +916,20 @@ class RulesPolicy:
         if closest is not None and closest[1] >= CHANGE_TOPIC and CHANGE.search(body):
             return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
         text = phrasing.memory_text(body, self._clause_score)
+        mine = self._sentence_vectors([msg.text])
         best: tuple[float, Hypothesis] | None = None
         for h in tools.working.hypotheses:
             if msg.conversation_id in h.conversations:
                 continue
-            score = float(self._vector(h.statement) @ vector)
+            if h.id == hypothesis_id(text.rstrip(".")):
+                return [f"The same words again as {h.id}: a repeated request, not a disclosure."]
+            # the best-matching sentence pair: this message's sentences against the hypothesis and
+            # the sentences of the messages behind it
+            behind = [tools.shown[m].text for m in h.message_ids if m in tools.shown]
+            theirs = self._sentence_vectors([h.statement, *behind])
+            score = float((mine @ theirs.T).max()) if len(mine) and len(theirs) else 0.0
+            if score >= SAME_WORDS:
+                continue  # the same request again word for word is a repeated task, not a disclosure
             if score >= MATCH_AT and (best is None or score > best[0]):
                 best = (score, h)
         if best is None:
