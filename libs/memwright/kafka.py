@@ -85,7 +85,25 @@ class _OutageFilter(logging.Filter):
     def filter(self, record: logging.LogRecord) -> bool:
         if record.msg in _PER_ATTEMPT_MESSAGES:
             return False
-        return not (UNREACHABLE.active and record.levelno >= logging.WARNING)
+        return not (_outage_ongoing() and record.levelno >= logging.WARNING)
+
+
+# Nodes whose last connection attempt failed, from any client of the process:
+# (bootstrap servers, node id) -> (failures in a row, when the last one failed). A success of
+# any client clears its node, so the condition cannot outlive the outage because the client
+# that saw it was closed.
+_FAILING: dict[tuple[str, Any], tuple[int, float]] = {}
+_FORGET_AFTER_S = 4 * RECONNECT_BACKOFF_MAX_S  # a node nobody retried for this long: no client wants it
+
+
+def _outage_ongoing() -> bool:
+    """Whether some node is failing now; clears UNREACHABLE once none is."""
+    now = time.monotonic()
+    for key in [k for k, (_, at) in _FAILING.items() if now - at > _FORGET_AFTER_S]:
+        del _FAILING[key]
+    if not _FAILING:
+        UNREACHABLE.cleared()
+    return bool(_FAILING)
 
 
 _installed = False
@@ -102,16 +120,17 @@ def install_reconnect_backoff() -> None:
 
     async def _get_conn(self: AIOKafkaClient, node_id: Any, **kwargs: Any) -> Any:
         conn = await original(self, node_id, **kwargs)
-        failures: dict[Any, int] = self.__dict__.setdefault("_memwright_failures", {})
+        key = (str(self._bootstrap_servers), node_id)
         if conn is not None:
-            if failures.pop(node_id, None) is not None and not failures:
-                UNREACHABLE.cleared()
+            if _FAILING.pop(key, None) is not None:
+                _outage_ongoing()
             return conn
-        failures[node_id] = failures.get(node_id, 0) + 1
+        failures = _FAILING.get(key, (0, 0.0))[0] + 1
+        _FAILING[key] = (failures, time.monotonic())
         metrics.KAFKA_CONNECT_FAILURES.inc()
         UNREACHABLE.failed(node=str(node_id))
         # the caller (sender, metadata synchroniser, coordinator) retries at once: make it wait here
-        await asyncio.sleep(reconnect_delay(failures[node_id]))
+        await asyncio.sleep(reconnect_delay(failures))
         return None
 
     AIOKafkaClient._get_conn = _get_conn  # type: ignore[method-assign]
@@ -125,10 +144,14 @@ class KafkaUnavailable(KafkaError):
     """No producer is connected right now (Kafka is away, or a wedged producer is being replaced)."""
 
 
+def _sender_task(producer: AIOKafkaProducer) -> asyncio.Task[None] | None:
+    """The task that sends the producer's batches (aiokafka's Sender), once started."""
+    return getattr(getattr(producer, "_sender", None), "sender_task", None)
+
+
 def _wedged(producer: AIOKafkaProducer) -> bool:
     """True when the producer's sender task has died: nothing it is given will ever be sent."""
-    sender = getattr(producer, "_sender", None)
-    task = getattr(sender, "sender_task", None)
+    task = _sender_task(producer)
     return task is not None and task.done()
 
 
@@ -218,7 +241,17 @@ class KeptProducer:
             raise KafkaUnavailable(f"Kafka producer {self.name} is not connected")
         try:
             futures = [await producer.send(topic, key=key, value=value) for key, value in records]
-            await asyncio.gather(*futures)
+            delivered = asyncio.gather(*futures)
+            sender = _sender_task(producer)
+            if sender is not None:
+                # a sender that ends without failing the batches (cancelled) leaves them waiting forever
+                either: set[asyncio.Future[Any]] = {delivered, sender}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                if not delivered.done():
+                    delivered.cancel()
+                    self.replace(producer)
+                    raise KafkaUnavailable(f"Kafka producer {self.name} stopped sending; replaced, retry")
+            await delivered
         except FATAL_PRODUCER_ERRORS:
             self.replace(producer)
             raise

@@ -71,6 +71,46 @@ async def test_wedged_producer_is_replaced_and_the_next_send_is_delivered(kafka:
     assert await _values(kafka, topic, 2) == [b"before", b"after"]
 
 
+@pytest.mark.parametrize("death", ["fatal error", "cancelled"])
+async def test_a_sender_that_ends_while_a_send_waits_for_metadata_does_not_hang_the_send(
+    kafka: KafkaSettings, topic: str, death: str
+) -> None:
+    """A sender that dies on a fatal error fails later records at once; one that ends without
+    failing them (cancelled) would leave them waiting forever, and with them the relay's
+    transaction or an embedding service's send. Either way the send ends and the producer is replaced."""
+    kept = KeptProducer(kafka.kafka_bootstrap, name="relay")
+    kept.start()
+    try:
+        await kept.wait_ready(30)
+        first = kept.producer
+        assert first is not None
+        gate = asyncio.Event()
+        wait_on_metadata = first.client._wait_on_metadata
+
+        async def slow_metadata(topic: str) -> object:
+            await gate.wait()  # as after a broker restart: the producer waits for metadata...
+            return await wait_on_metadata(topic)
+
+        first.client._wait_on_metadata = slow_metadata  # type: ignore[method-assign]
+        sending = asyncio.create_task(kept.send_all(topic, [(b"k", b"lost")]))
+        await asyncio.sleep(0.2)
+        if death == "fatal error":  # ...and meanwhile its sender ends
+            wedge(first)
+        else:
+            first._sender.sender_task.remove_done_callback(first._sender._fail_all)
+            first._sender.sender_task.cancel()
+        await asyncio.sleep(0.2)
+        gate.set()
+        with pytest.raises((KafkaUnavailable, OutOfOrderSequenceNumber)):
+            await asyncio.wait_for(sending, 10)
+        await kept.wait_ready(30)
+        assert kept.producer is not first
+        await asyncio.wait_for(kept.send_all(topic, [(b"k", b"after")]), 10)
+    finally:
+        await kept.stop()
+    assert await _values(kafka, topic, 1) == [b"after"]
+
+
 async def test_a_fatal_error_from_a_send_replaces_the_producer(kafka: KafkaSettings, topic: str) -> None:
     kept = KeptProducer(kafka.kafka_bootstrap, name="relay")
     kept.start()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 import pytest
 from aiokafka.client import AIOKafkaClient
@@ -71,9 +72,9 @@ def test_aiokafka_per_attempt_lines_are_dropped_and_its_complaints_only_during_a
     try:
         logging.getLogger("aiokafka").error("Unable connect to node with id %s: %s", 1, "refused")
         fetcher.error("Failed fetch messages from %s: %s", 1, "NodeNotReadyError")
-        kafka.UNREACHABLE.failed(node="1")
+        kafka._FAILING[("127.0.0.1:9", 1)] = (1, time.monotonic())  # a node failing now
         fetcher.error("Failed fetch messages from %s: %s", 1, "NodeNotReadyError")
-        kafka.UNREACHABLE.cleared()
+        del kafka._FAILING[("127.0.0.1:9", 1)]  # any client reached it again
         fetcher.error("Failed fetch messages from %s: %s", 2, "NodeNotReadyError")
     finally:
         logging.getLogger("aiokafka").removeHandler(handler)
@@ -101,5 +102,21 @@ async def test_failed_connection_attempts_back_off_instead_of_spinning(attempts_
     await asyncio.sleep(2)
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
-    kafka.UNREACHABLE.cleared()
+    kafka._FAILING.clear()
+    kafka._outage_ongoing()
     assert 1 <= attempts <= 20 < attempts_without_backoff, attempts
+
+
+def test_an_outage_that_no_client_retries_any_more_is_over(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failing node is forgotten once nobody has tried it for a while (its client was closed,
+    e.g. a replaced producer): the condition clears instead of hiding aiokafka's lines for good."""
+    now = [1000.0]
+    monkeypatch.setattr(kafka.time, "monotonic", lambda: now[0])
+    kafka._FAILING[("127.0.0.1:9", 1)] = (3, now[0])
+    with capture_logs() as logs:
+        kafka.UNREACHABLE.failed(node="1")
+        assert kafka._outage_ongoing()
+        now[0] += kafka._FORGET_AFTER_S + 1
+        assert not kafka._outage_ongoing()
+    assert [e["event"] for e in logs] == ["kafka_unreachable", "kafka_unreachable_cleared"]
+    assert not kafka.UNREACHABLE.active
