@@ -13,7 +13,8 @@ SLOW_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 30
 
 # Kafka clients, in every service that has them (memwright.kafka)
 KAFKA_CONNECT_FAILURES = Counter(
-    "memwright_kafka_connect_failures_total", "Failed connection attempts to a Kafka broker (each followed by a backoff)"
+    "memwright_kafka_connect_failures_total",
+    "Failed connection attempts to a Kafka broker (each followed by a backoff)",
 )
 KAFKA_PRODUCER_REPLACEMENTS = Counter(
     "memwright_kafka_producer_replacements_total",
@@ -46,6 +47,10 @@ SWEEPER_WRITE_FAILURES = Counter(
     "memwright_sweeper_window_write_failures_total",
     "Failed window writes by kind (unavailable: retried; content, other: split and dead-lettered)",
     ["kind"],
+)
+SWEEPER_DLQ_SEND_FAILURES = Counter(
+    "memwright_sweeper_dlq_send_failures_total",
+    "Dead-letter sends Kafka refused or did not acknowledge (retried; the record's partition waits meanwhile)",
 )
 SWEEPER_FLUSH_SECONDS = Histogram(
     "memwright_sweeper_flush_duration_seconds", "Window write transaction duration", buckets=FAST_BUCKETS
@@ -130,11 +135,21 @@ API_CONTEXT_READS = Counter(
 # the alert on failed runs would miss the first failures. (tests/unit/test_metrics_labels.py
 # checks that the code only uses these values.)
 KNOWN_LABELS: dict[Counter | Histogram, tuple[str, ...]] = {
-    INGEST_REQUESTS: ("202", "400", "401", "403", "413", "503")
-    + ("408", "429", "499", "500"),  # 499: the client hung up mid-body (nothing answered)
-    INGEST_REJECTIONS: ("auth", "too_large", "not_json", "invalid", "forbidden") + ("timeout", "quota"),
-    SWEEPER_DLQ: ("not_json", "no_value", "schema_version", "key", "text", "required", "too_long", "schema")
-    + ("write_failed",),  # refused by PostgreSQL at the window write (memwright.sweeping)
+    # 499: the client hung up mid-body (nothing answered)
+    INGEST_REQUESTS: ("202", "400", "401", "403", "408", "413", "429", "499", "500", "503"),
+    INGEST_REJECTIONS: ("auth", "too_large", "not_json", "invalid", "forbidden", "timeout", "quota"),
+    # write_failed: refused by PostgreSQL at the window write (memwright.sweeping)
+    SWEEPER_DLQ: (
+        "not_json",
+        "no_value",
+        "schema_version",
+        "key",
+        "text",
+        "required",
+        "too_long",
+        "schema",
+        "write_failed",
+    ),
     SWEEPER_WRITE_FAILURES: ("unavailable", "content", "other"),
     CURATOR_RUNS: ("committed", "failed", "fenced", "abandoned"),
     CURATOR_RUN_SECONDS: ("committed", "failed", "fenced"),

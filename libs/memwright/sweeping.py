@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
@@ -112,6 +113,18 @@ def dead_letter_records(
         json.dumps({**where, "part": n, "parts": len(pieces), "record_base64": base64.b64encode(p).decode()}).encode()
         for n, p in enumerate(pieces, 1)
     ]
+
+
+DLQ_KEY_MAX_BYTES = 256
+
+
+def dead_letter_key(key: bytes | None) -> bytes | None:
+    """The key a dead-letter record is sent with: the original key, or its SHA-256 when it is long
+    (a huge key on every part would make each part larger than Kafka takes; the record itself
+    keeps the original key)."""
+    if key is None or len(key) <= DLQ_KEY_MAX_BYTES:
+        return key
+    return b"sha256:" + hashlib.sha256(key).hexdigest().encode()
 
 
 def _text(raw: bytes | None) -> Any:

@@ -26,15 +26,15 @@ from memwright.ops import Readiness, ops_app, start_site
 from memwright.settings import SweeperSettings
 from memwright.sweeping import (
     DRAIN_SECONDS,
+    READY_MAX_UNWRITTEN_SECONDS,
     RETRY_FIRST_SECONDS,
     RETRY_MAX_SECONDS,
     Sweeper,
+    dead_letter_key,
     dead_letter_records,
     describe,
+    reason_label,
 )
-from memwright.sweeping import reason_label as _reason_label
-
-__all__ = ["Sweeper", "_reason_label", "build_app", "main"]
 
 log = structlog.get_logger()
 TICK_SECONDS = 0.25
@@ -65,7 +65,7 @@ def build_app(settings: SweeperSettings) -> faust.App:
     async def dead_letter(event: Any, reason: str) -> None:
         msg = event.message
         records = dead_letter_records(reason, event.key, event.value, msg.topic, msg.partition, msg.offset)
-        futures = [await dlq.send(key=event.key, value=record) for record in records]
+        futures = [await dlq.send(key=dead_letter_key(event.key), value=record) for record in records]
         await asyncio.gather(*futures)  # the DLQ record is acknowledged before the bad record's offset moves on
 
     async def dead_letter_until_sent(event: Any, reason: str) -> None:
@@ -74,18 +74,28 @@ def build_app(settings: SweeperSettings) -> faust.App:
         delay = RETRY_FIRST_SECONDS
         while True:
             try:
-                return await dead_letter(event, reason)
+                await dead_letter(event, reason)
+                dead_letter_failing.cleared()
+                return
             except Exception as exc:
-                log.warning("dead_letter_failed", error=describe(exc), retry_in=delay)
+                metrics.SWEEPER_DLQ_SEND_FAILURES.inc()
+                dead_letter_failing.failed(error=describe(exc))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, RETRY_MAX_SECONDS)
 
+    def dead_letters_flowing() -> bool:
+        """Not ready while a dead-letter record has not gone out for a while: its partition waits."""
+        since = dead_letter_failing.since
+        return since is None or time.monotonic() - since <= READY_MAX_UNWRITTEN_SECONDS
+
+    dead_letter_failing = logs.Condition("dead_letter_failing")
     sweeper = Sweeper(settings, dead_letter)
     readiness = Readiness()
     readiness.add("postgres", lambda: _pg_ok(sweeper))
     started = asyncio.Event()  # set once the worker is running and consuming
     readiness.add("kafka", started.is_set)
     readiness.add("windows_written", lambda: sweeper.ready(time.time()))
+    readiness.add("dead_letters_sent", dead_letters_flowing)
     metrics.SWEEPER_OLDEST_UNWRITTEN.set_function(lambda: sweeper.oldest_unwritten_seconds(time.time()))
 
     @app.agent(signals)
@@ -100,7 +110,7 @@ def build_app(settings: SweeperSettings) -> faust.App:
                 reason = exc.reason if isinstance(exc, InvalidSignal) else f"unreadable record: {describe(exc)}"
                 await dead_letter_until_sent(event, reason)
                 event.ack()
-                metrics.SWEEPER_DLQ.labels(_reason_label(reason)).inc()
+                metrics.SWEEPER_DLQ.labels(reason_label(reason)).inc()
                 log.warning("dead_lettered", reason=reason, partition=msg.partition, offset=msg.offset)
                 continue
             if signal.accepted_at is None:

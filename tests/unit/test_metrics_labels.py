@@ -49,6 +49,6 @@ def test_every_indexer_outcome_is_a_known_label(outcome: str) -> None:
                "signal: 'user_id' is a required property", "signal: unknown field 'x'", "key does not match user_id"]
 )  # fmt: skip
 def test_every_dead_letter_reason_maps_to_a_known_label(reason: str) -> None:
-    from memwright.services.sweeper.app import _reason_label
+    from memwright.sweeping import reason_label
 
-    assert _reason_label(reason) in metrics.KNOWN_LABELS[metrics.SWEEPER_DLQ]
+    assert reason_label(reason) in metrics.KNOWN_LABELS[metrics.SWEEPER_DLQ]

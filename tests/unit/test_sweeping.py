@@ -11,6 +11,7 @@ from memwright import metrics
 from memwright.sweeping import (
     DLQ_RECORD_MAX_BYTES,
     REASON_MAX_CHARS,
+    dead_letter_key,
     dead_letter_records,
     describe,
     failure_kind,
@@ -69,6 +70,19 @@ def test_a_record_kafka_took_is_dead_lettered_whole_though_its_escaped_form_woul
     [whole] = read_dead_letters(records)
     assert original_value(whole) == value and len(whole["reason"]) == REASON_MAX_CHARS
     assert read_dead_letters(records[:-1]) == [], "an incomplete record is not returned"
+
+
+def test_a_huge_key_does_not_make_dead_letter_parts_larger_than_kafka_takes() -> None:
+    # before: a 500 kB key rode on every part (1.3 MB each), Kafka refused them, and the sweeper
+    # retried the same record forever while every partition waited
+    key, value = b"k" * 500_000, b"{not json" * 44_000
+    records = dead_letter_records("value is not JSON: x", key, value, "memory.signals", 0, 7)
+    sent_key = dead_letter_key(key)
+    assert sent_key is not None and len(sent_key) < 100
+    assert all(len(r) + len(sent_key) <= DLQ_RECORD_MAX_BYTES for r in records)
+    [whole] = read_dead_letters(records)
+    assert whole["key"] == key.decode() and original_value(whole) == value
+    assert dead_letter_key(b"alice") == b"alice" and dead_letter_key(None) is None
 
 
 def test_describe_bounds_what_asyncpg_quotes() -> None:
