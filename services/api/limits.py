@@ -53,6 +53,13 @@ class RateLimiter:
             self._buckets.popitem(last=False)  # a forgotten bucket comes back full: the lenient side
         return wait
 
+    def give_back(self, identity: str) -> None:
+        """Return the request just taken (another limit refused it, so it was never served)."""
+        key = self.key(identity)
+        if key in self._buckets:
+            level, at = self._buckets[key]
+            self._buckets[key] = (min(float(self.burst), level + 1.0), at)
+
     @staticmethod
     def retry_after(wait: float) -> str:
         """The Retry-After header value: whole seconds, at least 1."""
@@ -77,16 +84,21 @@ class RequestLimits:
     def take(self, principal: Principal, user_id: str | None) -> Refusal | None:
         """Spend one request; None if allowed, else how long to wait and why."""
         if principal.is_service:
+            # the (service, user) bucket first: one hot user's refused requests must not drain the
+            # service's bucket, which every other user it serves shares
+            pair = f"{principal.subject}\x00{user_id}"
+            if user_id is not None:
+                wait = self.per_user.take(pair)
+                if wait > 0:
+                    return Refusal(
+                        wait,
+                        f"rate limit of {self.per_user.rate:g} requests/s for {principal.subject} on user {user_id}",
+                    )
             wait = self.per_service.take(principal.subject)
             if wait > 0:
+                if user_id is not None:
+                    self.per_user.give_back(pair)
                 return Refusal(wait, f"rate limit of {self.per_service.rate:g} requests/s for {principal.subject}")
-            if user_id is None:
-                return None
-            wait = self.per_user.take(f"{principal.subject}\x00{user_id}")
-            if wait > 0:
-                return Refusal(
-                    wait, f"rate limit of {self.per_user.rate:g} requests/s for {principal.subject} on user {user_id}"
-                )
             return None
         wait = self.per_user.take(principal.subject)
         if wait > 0:

@@ -269,10 +269,11 @@ async def test_a_service_token_is_limited_per_user_it_serves_and_in_all() -> Non
     service = {"Authorization": "Bearer " + mint(settings, "service:chat", ["memories:write"])}
     async with TestClient(TestServer(build_app(settings, None))) as client:  # type: ignore[arg-type]
         # POST with an empty body: past the limits it is a 400 (text is required), before any database call
-        alice = [("POST", "/v1/users/alice/memories", service)] * 4
-        assert await _statuses(client, alice) == [400, 400, 400, 429]  # the per-user rate, for this service
-        others = [("POST", f"/v1/users/user{i}/memories", service) for i in range(5)]
-        assert await _statuses(client, others) == [400, 400, 400, 400, 429]  # the service's own budget: 8 in all
+        alice = [("POST", "/v1/users/alice/memories", service)] * 20
+        assert await _statuses(client, alice) == [400] * 3 + [429] * 17  # the per-user rate, for this service
+        # alice's 17 refused requests cost the service nothing: 5 of its 8 are left for everyone else
+        others = [("POST", f"/v1/users/user{i}/memories", service) for i in range(6)]
+        assert await _statuses(client, others) == [400, 400, 400, 400, 400, 429]  # the service's own budget
         async with client.post("/v1/users/user9/memories", headers=service, json={}) as r:
             assert r.status == 429 and "service:chat" in (await r.json())["error"]
 
