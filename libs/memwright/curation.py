@@ -176,7 +176,7 @@ class Curator:
             except leases.LivenessLost:
                 continue  # its runs were stopped; the next claim connects again
             except Exception as exc:
-                log.warning("heartbeat_failed", error=str(exc))  # try again; the leases may still expire
+                log.warning("heartbeat_failed", error=repr(exc))  # try again; the leases may still expire
                 if time.monotonic() - answered > self.settings.lease_seconds:
                     log.warning("liveness_unresponsive", seconds=round(time.monotonic() - answered, 1))
                     self.liveness.drop()  # its runs' leases have expired: stop them, connect again
