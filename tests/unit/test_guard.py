@@ -55,6 +55,10 @@ INSTRUCTIONS = [
 
 SECRETS = [
     ("User's password is hunter2.", "a password"),
+    ("User's password for Gmail is hunter2.", "a password"),
+    ("Mon mot de passe est hunter2", "a password"),
+    ("Mi contraseña es gatito99", "a password"),
+    ("User's bank login is jsmith / hunter2", "a login"),
     ("User's wifi password: x9!kq", "a password"),
     ("The password is: correcthorse", "a password"),
     ("User's API key is sk-live-abc123.", "sk-"),
@@ -80,6 +84,10 @@ SECRETS = [
 
 ORDINARY = [
     "Always answer in metric units.",
+    "I reset my password for work yesterday",
+    "I forgot the password for Netflix again",
+    "The password policy at work is strict",
+    "My login is jsmith",
     "Never use emojis.",
     "I'm a nurse",
     "User is a nurse.",
