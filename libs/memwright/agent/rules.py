@@ -1,6 +1,20 @@
-"""The offline rules policy: drives the same tool layer as the LLM policy, with no network.
+"""The offline default policy ("rules"): drives the same tool layer as the LLM policy, with no network.
 
-Deterministic, English-only, and deliberately conservative (the high bar):
+Deterministic. Two readers of every user sentence, the patterns below (high precision: they go
+first) and the trained sentence-type detector of classify.py (the local MiniLM and a head trained on
+labelled data in the repo), which reads what the patterns miss, in any wording:
+
+- a message's likeliest `standing` sentence (p >= STANDING_AT) is remembered at once, in the user's
+  words (phrasing.py); one close in meaning to a memory updates it instead (SAME_TOPIC, or
+  CHANGE_TOPIC when the sentence says something changed: data/words.toml `change`);
+- else its likeliest weak one is held as a hypothesis, and graduates when a message of another
+  conversation matches it by meaning (the best-matching sentence pair, cosine >= MATCH_AT), citing
+  both; the same words again are a repeated request, not a disclosure;
+- near-duplicates are found by meaning, and at the budget the two memories closest in meaning are
+  consolidated (their words and receipts kept) when nothing overlaps in words.
+
+Word lists live in data/words.toml (lexicon.py). Thresholds were chosen on the train and dev splits
+(docs/quality.md, "The default policy"). The patterns, as before:
 
 - An explicit preference or standing fact ("always …", "never …", "from now on …", "I prefer …",
   "please don't …", "I'd rather …", "keep in mind that …", "my name is …", "I'm allergic to …")
@@ -32,6 +46,7 @@ from typing import Any
 import numpy as np
 
 from memwright.agent.classify import Detector, SentenceType, shared_detector
+from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
 from memwright.embeddings import cosine, hashing_embed
@@ -68,51 +83,11 @@ _CLAUSE = re.compile(
 )
 _WORD = re.compile(r"[a-z0-9+#]+(?:'[a-z]+)?")
 
-STOP = frozenset(
-    """a an the and or but so to of in on at for with from by as is are was were be been being am do does
-    did doing have has had having i i'm i've i'd i'll me my mine myself you your yours we our us they them
-    their it its it's this that these those there here what which who whom when where why how all any
-    some no not don't doesn't didn't can can't could would should will won't just very really quite also
-    too more most much many please always never ever from now on going forward future user user's
-    prefer prefers preferred rather like likes love loves enjoy enjoys want wants use uses using used
-    make sure remember keep mind note know let thing things something anything everything stuff one
-    thanks thank okay ok actually instead anymore longer again still usually mostly often typically
-    generally normally tend tends mainly only get got give gives say said tell told stop stopped
-    switched switch moved changed if then than while about into over under up down out off lot""".split()
-)
+STOP = frozenset(WORDS["stop"])
 
 # A small lexicon: words that name alternatives within one topic, so that "I switched to tea"
 # can find the memory about coffee, and related memories can be folded together at the budget.
-CATEGORIES: dict[str, frozenset[str]] = {
-    name: frozenset(words.split())
-    for name, words in {
-        "drink": "coffee tea espresso latte cappuccino decaf matcha chai cocoa juice soda beer wine",
-        "diet": "vegetarian vegan pescatarian keto paleo carnivore omnivore meat fish dairy gluten halal kosher",
-        "programming": "python javascript typescript java go golang rust ruby kotlin swift scala haskell "
-        "elixir php perl julia clojure c++ c# cpp lua dart zig ocaml",
-        "editor": "vim neovim emacs vscode sublime intellij pycharm atom nano helix zed xcode webstorm",
-        "os": "linux windows macos mac ubuntu debian fedora arch",
-        "units": "metric imperial si celsius fahrenheit kilometers kilometres km miles kilograms kg pounds "
-        "lbs meters metres feet inches centimeters centimetres",
-        "language": "english french spanish german italian portuguese dutch japanese chinese mandarin "
-        "korean russian polish swedish norwegian danish finnish greek turkish arabic hindi",
-        "style": "formal informal casual concise brief short terse detailed verbose long lengthy "
-        "emoji emojis bullet bullets markdown tables headings prose numbered jargon tone "
-        "exclamation summary summaries tldr paragraph paragraphs",
-        "indent": "tabs spaces",
-        "theme": "dark light",
-        "shell": "bash zsh fish powershell",
-        "database": "postgres postgresql mysql sqlite mongodb redis oracle",
-        "cloud": "aws gcp azure",
-        "spelling": "british american",
-        "browser": "firefox chrome safari edge brave",
-        "time": "morning mornings evening evenings night nights afternoon afternoons",
-        "transport": "car bike bicycle train bus cycling driving",
-        "pet": "dog dogs cat cats",
-        "naming": "camelcase pascalcase",
-        "testing": "pytest unittest jest mocha",
-    }.items()
-}
+CATEGORIES: dict[str, frozenset[str]] = {name: frozenset(ws) for name, ws in WORDS["categories"].items()}
 _CATEGORY_OF: dict[str, str] = {w: name for name, words in CATEGORIES.items() for w in words}
 
 
