@@ -75,6 +75,8 @@ CONTENT_ERRORS: tuple[type[BaseException], ...] = (
 
 def failure_kind(exc: BaseException) -> FailureKind:
     """Whether a failed write is PostgreSQL's trouble ("unavailable"), the data's ("content"), or unknown."""
+    if isinstance(exc, asyncpg.QueryCanceledError):
+        return "other"  # 57014, e.g. a statement timeout on a huge window: retried a few times, then split
     if isinstance(exc, UNAVAILABLE_ERRORS):
         return "unavailable"
     if isinstance(exc, CONTENT_ERRORS):

@@ -39,6 +39,7 @@ from memwright.sweeping import (
         (asyncpg.CheckViolationError("violates check constraint"), "content"),
         (RuntimeError("a bug"), "other"),
         (asyncpg.InternalServerError("XX000"), "other"),
+        (asyncpg.QueryCanceledError("canceling statement due to statement timeout"), "other"),  # not forever
     ],
 )
 def test_a_failed_write_is_the_datas_fault_only_when_postgresql_refuses_the_data(exc: Exception, kind: str) -> None:
