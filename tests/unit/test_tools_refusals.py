@@ -225,9 +225,17 @@ def test_a_user_deleted_memory_is_not_written_again_from_its_own_evidence() -> N
 def test_the_same_text_from_other_old_messages_is_refused_too() -> None:
     tools, _ = deleted_tools(msg("m4", "Bouldering tonight", "c2", at=DELETED_AT + timedelta(hours=1)))
     # m3 is older than the deletion; m4 is newer but in a conversation the memory came from
-    for evidence in (["m3"], ["m4"], ["m1", "m3"]):
+    for evidence in (["m3"], ["m4"]):
         result = tools.create_memory("User likes bouldering.", evidence)
         assert_refused(result, tools, "says again what memory d-1", "User likes bouldering.")
+    assert tools.changes == []
+
+
+def test_one_old_receipt_beside_other_old_messages_is_refused_whatever_the_words() -> None:
+    tools, _ = deleted_tools()
+    # before: evidence that was not *only* the deleted memory's, in other words, went through
+    result = tools.create_memory("User enjoys climbing walls.", ["m1", "m3"])
+    assert_refused(result, tools, "Messages m1 were the evidence of memory d-1", "a later conversation")
     assert tools.changes == []
 
 

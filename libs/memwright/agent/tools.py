@@ -311,9 +311,10 @@ class MemoryTools:
                 continue
             gone = f'memory {d.memory_id} ("{d.text}")'
             when = f"{d.deleted_at:%Y-%m-%d %H:%M} UTC"
-            if set(evidence) <= set(d.evidence):
-                why = f"Messages {', '.join(evidence)} were the evidence of {gone}, which the user deleted on {when}"
-            elif cosine(hashing_embed(text), hashing_embed(d.text)) >= NEAR_DELETED:
+            reused = [e for e in evidence if e in set(d.evidence)]
+            if reused:  # any of its old messages, even beside others that are not new either
+                why = f"Messages {', '.join(reused)} were the evidence of {gone}, which the user deleted on {when}"
+            elif self._says_again(text, d.text):
                 why = f"This says again what {gone} said before the user deleted it on {when}"
             else:
                 continue
@@ -324,6 +325,16 @@ class MemoryTools:
                 "a hypothesis that only holds those messages)."
             )
         return None
+
+    def _says_again(self, text: str, deleted: str) -> bool:
+        """Whether `text` says what a deleted memory said: in words (hashing) or, with the policy's
+        model loaded, in meaning."""
+        if cosine(hashing_embed(text), hashing_embed(deleted)) >= NEAR_DELETED:
+            return True
+        if self.embedder is None:
+            return False
+        mine, theirs = self._vectors([text, deleted])
+        return cosine(mine, theirs) >= NEAR_DELETED
 
     def _check_evidence(self, evidence: list[str]) -> str | None:
         if not evidence:
