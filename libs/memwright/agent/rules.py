@@ -761,11 +761,15 @@ class RulesPolicy:
         if pref:
             if pending and _ANAPHORA.search(pref) and len(content_words(pref)) <= 2:
                 pref = as_memory(pending).rstrip(".") + ". " + pref  # "... ISO format. Always use that."
+            elif context and _PERSON.search(body) and kind is not None and kind.vector is not None:
+                pref = as_memory(context).rstrip(".") + ". " + pref  # "David and I separated. Don't bring him up."
             if changing:
                 corrected = self._correct_last(tools, msg, pref, last)
                 if corrected is not None:
                     return [corrected], None
-            outcome = self._remember(tools, pref, evidence, changing=changing or _is_standing_change(body))
+            outcome = self._remember(
+                tools, pref, evidence, changing=changing or _is_standing_change(body), said=msg.text
+            )
             if outcome.memory_id:
                 last[conversation] = ("memory", outcome.memory_id)
             return [outcome.result], None
@@ -865,7 +869,7 @@ class RulesPolicy:
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
-        threshold = CHANGE_TOPIC if changing or CHANGE.search(body) else SAME_TOPIC
+        threshold = CHANGE_TOPIC if changing or CHANGE.search(msg.text) else SAME_TOPIC
         if closest is not None and closest[1] >= threshold:
             memory = closest[0]
             if set(evidence) <= set(memory.evidence):
@@ -878,7 +882,7 @@ class RulesPolicy:
                 last[msg.conversation_id] = ("memory", memory.memory_id)
                 return [result]
         text = phrasing.memory_text(body, self._clause_score)
-        outcome = self._remember(tools, text, evidence, changing=changing or _is_standing_change(body))
+        outcome = self._remember(tools, text, evidence, changing=changing or _is_standing_change(body), said=msg.text)
         if outcome.memory_id:
             last[msg.conversation_id] = ("memory", outcome.memory_id)
         return [outcome.result]
@@ -1131,16 +1135,19 @@ class RulesPolicy:
                 return m  # "I've changed my mind: always add semicolons" after "never put semicolons"
         return None
 
-    def _meaning_conflict(self, tools: MemoryTools, text: str, changing: int) -> Memory | None:
+    def _meaning_conflict(self, tools: MemoryTools, text: str, changing: int, said: str) -> Memory | None:
         """The agent memory that `text` says again or changes, by meaning: the closest one, when it
-        is very close (SAME_TOPIC), or close (CHANGE_TOPIC) and the text says something changed."""
+        is very close (SAME_TOPIC), or close (CHANGE_TOPIC) and the message (`said`) says something
+        changed."""
         closest = self._closest_memory(tools, self._vector(text))
         if closest is None:
             return None
-        threshold = CHANGE_TOPIC if changing or CHANGE.search(text) else SAME_TOPIC
+        threshold = CHANGE_TOPIC if changing or CHANGE.search(said or text) else SAME_TOPIC
         return closest[0] if closest[1] >= threshold else None
 
-    def _remember(self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0) -> _Outcome:
+    def _remember(
+        self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0, said: str = ""
+    ) -> _Outcome:
         existing = self._duplicate(tools, text)
         if existing is not None:
             if existing.author == "user" or set(evidence) <= set(existing.evidence):
@@ -1153,10 +1160,9 @@ class RulesPolicy:
             return _Outcome(result, not result.startswith("Refused"), existing.memory_id)
         conflict = self._conflict(tools, text, changing)
         if conflict is None and self._embedder() is not None:
-            conflict = self._meaning_conflict(tools, text, changing)
-            if conflict is not None:
-                text = phrasing.without_old(text, conflict.text)
+            conflict = self._meaning_conflict(tools, text, changing, said)
         if conflict is not None:
+            text = phrasing.without_old(text, conflict.text)
             result = tools.update_memory(conflict.memory_id, text, evidence, "the user changed this preference")
             return _Outcome(result, not result.startswith("Refused"), conflict.memory_id)
         result = tools.create_memory(text, evidence)
@@ -1291,6 +1297,7 @@ def _without_old(clause: str, old: str | None) -> str:
     return _CORRECTION.sub("", strip_lead_in(text))
 
 
+_PERSON = re.compile(r"\b(?:him|her|he|she|his)\b", re.I)
 _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
 
 
