@@ -285,6 +285,20 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
         user_id = request.match_info["user_id"]
         return web.json_response({"user_id": user_id, "hypotheses": await memories.hypotheses(pool, user_id)})
 
+    async def message_status(request: web.Request) -> web.Response:
+        """Where a signal is (swept -> curated) and what came of it (libs/memwright/store/status.py)."""
+        from memwright.store import status
+
+        user_id, message_id = request.match_info["user_id"], request.match_info["message_id"]
+        if not re.fullmatch(openapi.MESSAGE_ID_PATTERN.removesuffix("$"), message_id):
+            raise BadRequest("message_id must be 1-128 letters, digits, _ . : @ -, starting with a letter or digit")
+        async with pool.acquire() as conn:
+            found = await status.message_status(conn, user_id, message_id)
+            erased_at = await status.last_erasure(conn, user_id) if found is None else None
+        if found is None:
+            return _error(404, status.not_swept(message_id, erased_at))
+        return web.json_response(found)
+
     async def export_user(request: web.Request) -> web.Response:
         user_id = request.match_info["user_id"]
         async with pool.acquire() as conn:
@@ -370,6 +384,7 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
         ("DELETE", "/v1/users/{user_id}/memories/{memory_id}", delete_memory, write),
         ("GET", "/v1/users/{user_id}/memories/{memory_id}/history", memory_history, read),
         ("GET", "/v1/users/{user_id}/hypotheses", list_hypotheses, read),
+        ("GET", "/v1/users/{user_id}/messages/{message_id}", message_status, read),
         ("GET", "/v1/users/{user_id}/export", export_user, Access("memories:read", service_scope="admin")),
         ("DELETE", "/v1/users/{user_id}", erase_user, Access("memories:write", service_scope="admin")),
     ]

@@ -8,6 +8,7 @@ from typing import Any
 
 from memwright.settings import ApiSettings
 from memwright.store.memories import PREVIEW_CHARS
+from memwright.store.status import MEMORY_STATES, OUTCOMES
 
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
 KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
@@ -15,6 +16,7 @@ REASON_MAX = 500
 NO_NUL = r"^[^\u0000]*$"  # PostgreSQL text cannot hold NUL
 SOME_TEXT = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"  # and something other than white space
 IF_MATCH_PATTERN = r'^(\*|(W/)?"?[1-9][0-9]{0,8}"?)$'
+MESSAGE_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"  # the signal schema's id (schemas/signal.v1.json)
 
 
 def _ref(name: str) -> dict[str, str]:
@@ -84,6 +86,13 @@ IF_MATCH = {
     "required": False,
     "description": 'The memory\'s version as its ETag ("3"), or *: the change is refused with 412 if it moved on',
     "schema": {"type": "string", "pattern": IF_MATCH_PATTERN},
+}
+MESSAGE_ID = {
+    "name": "message_id",
+    "in": "path",
+    "required": True,
+    "description": "The signal's message_id, as sent to ingest",
+    "schema": {"type": "string", "pattern": MESSAGE_ID_PATTERN},
 }
 NOT_MODIFIED = {"304": {"description": "Not modified (If-None-Match matched)", "headers": ETAG}}
 
@@ -207,6 +216,7 @@ def _schemas(settings: ApiSettings) -> dict[str, Any]:
                 },
             },
         },
+        "MessageStatus": _message_status_schema(timestamp),
         "Context": {
             "type": "object",
             "required": ["user_id", "memory_count", "block", "token_estimate", "token_estimate_method", "fetch"],
@@ -250,6 +260,75 @@ def _schemas(settings: ApiSettings) -> dict[str, Any]:
                 "requested_by": {"type": "string"},
                 "counts": {"type": "object", "additionalProperties": {"type": "integer"}},
             },
+        },
+    }
+
+
+def _message_status_schema(timestamp: dict[str, Any]) -> dict[str, Any]:
+    strings = {"type": "array", "items": {"type": "string"}}
+    return {
+        "type": "object",
+        "required": ["user_id", "message_id", "stage", "outcome", "summary", "memories", "hypotheses"],
+        "properties": {
+            "user_id": {"type": "string"},
+            "message_id": {"type": "string"},
+            "conversation_id": {"type": "string"},
+            "project_id": _nullable({"type": "string"}),
+            "role": {"enum": ["user", "assistant"]},
+            "stage": {"enum": ["swept", "curated"], "description": "swept: waiting for the memory agent"},
+            "outcome": {"enum": list(OUTCOMES)},
+            "summary": {"type": "string", "description": "What came of the message, in a sentence"},
+            "accepted_at": timestamp,
+            "swept_at": timestamp,
+            "waiting_since": _nullable(timestamp),
+            "run_in_progress": _nullable({"type": "string"}),
+            "curated": _nullable(
+                {
+                    "type": "object",
+                    "properties": {
+                        "run_id": {"type": "string", "format": "uuid"},
+                        "policy": {"type": "string"},
+                        "at": _nullable(timestamp),
+                    },
+                }
+            ),
+            "memories": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "required": ["memory_id", "state", "link", "history"],
+                    "properties": {
+                        "memory_id": {"type": "string", "format": "uuid"},
+                        "state": {"enum": list(MEMORY_STATES)},
+                        "link": _nullable({"type": "string"}),
+                        "history": {"type": "string"},
+                        "preview": _nullable({"type": "string"}),
+                        "linked_at": timestamp,
+                        "deleted_at": _nullable(timestamp),
+                        "reason": _nullable({"type": "string"}),
+                        "asked_to_delete": {"type": "boolean"},
+                        "consolidated_into": _nullable({"type": "string"}),
+                    },
+                },
+            },
+            "hypotheses": {
+                "type": "array",
+                "items": {
+                    "type": "object",
+                    "properties": {
+                        "id": {"type": "string"},
+                        "statement": {"type": "string"},
+                        "count": {"type": "integer"},
+                        "conversations": {"type": "integer"},
+                        "conversation_ids": strings,
+                        "first_seen": {"type": "string"},
+                        "last_seen": {"type": "string"},
+                    },
+                },
+            },
+            "refusals": strings,
+            "run_refusals": strings,
+            "notes": strings,
         },
     }
 
@@ -395,6 +474,26 @@ def document(settings: ApiSettings) -> dict[str, Any]:
                 read,
                 {"200": _json(_ref("Hypotheses"), "The agent's hypotheses, read-only")},
                 user,
+            ),
+        },
+        "/v1/users/{user_id}/messages/{message_id}": {
+            "get": _op(
+                "The status of a message: where the signal is and what came of it",
+                read,
+                {
+                    "200": _json(_ref("MessageStatus"), "Swept or curated, and the outcome with its links"),
+                    "404": _error(
+                        "Not in the evidence store: still on its way (in Kafka until the sweeper's window closes), "
+                        "never sent for this user, or dead-lettered; `error` says so"
+                    ),
+                },
+                [USER_ID, MESSAGE_ID],
+                description=(
+                    "A signal goes accepted (in Kafka) -> swept (in the evidence store) -> curated (read by the "
+                    "user's memory agent). An accepted signal cannot be seen here: 404 until it is swept. A curated "
+                    "one is remembered (evidence of a memory), held (in a hypothesis), deleted (part of a memory the "
+                    "user deleted), forgotten (the agent deleted its memory), refused, or not remembered."
+                ),
             ),
         },
         "/v1/users/{user_id}/export": {

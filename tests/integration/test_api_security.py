@@ -22,8 +22,10 @@ from memwright.services.api.app import build_app, route_access
 from memwright.services.ingest.app import build_app as build_ingest
 from memwright.settings import ApiSettings, AuthSettings, IngestSettings
 from memwright.store import user_writes
+from memwright.store.sweeps import write_window
 
 from tests.conftest import JWT_SECRET
+from tests.integration.helpers import sig
 
 ALICE, MALLORY = "alice-sec", "mallory-sec"
 PUBLIC_ROUTES = {"/v1/openapi.json"}  # any valid token, no scope: the API's own description
@@ -75,7 +77,10 @@ def _tamper(token: str) -> str:
 
 
 def _path(canonical: str, memory_id: uuid.UUID) -> str:
-    return canonical.replace("{user_id}", ALICE).replace("{memory_id}", str(memory_id))
+    path = canonical.replace("{user_id}", ALICE).replace("{memory_id}", str(memory_id))
+    path = path.replace("{message_id}", f"{ALICE}-m1")  # swept below: the right token reads its status
+    assert "{" not in path, f"the walk does not know a parameter of {canonical}; teach _path its value"
+    return path
 
 
 @pytest.fixture
@@ -106,6 +111,8 @@ async def test_every_api_route_refuses_missing_bad_and_foreign_tokens_and_admits
     async with db.acquire() as conn:
         memory = await user_writes.create(conn, ALICE, "I am allergic to nuts", "fact", ALICE, "", 100)
     memory_id = uuid.UUID(memory["id"])
+    async with db.acquire() as conn:
+        await write_window(conn, ALICE, [sig(ALICE, f"{ALICE}-m1", "I prefer tea")])
     bad = _bad_tokens(settings, tmp_path)
     # erasure last: it removes what the other routes read
     for (method, canonical), needs in sorted(table.items(), key=lambda kv: kv[0][1] == "/v1/users/{user_id}"):
