@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 import tomllib
 from pathlib import Path
+from typing import Any
 
-WORDS: dict[str, list[str]] = tomllib.loads((Path(__file__).parent / "data" / "words.toml").read_text())
+WORDS: dict[str, Any] = tomllib.loads((Path(__file__).parent / "data" / "words.toml").read_text())
 
 
 def word_pattern(name: str, anchored: bool = False) -> re.Pattern[str]:

@@ -59,6 +59,7 @@ STANDING_AT = 0.4  # p(standing) at which a sentence the patterns did not read i
 STANDING_AT_OTHER_LANGUAGE = 0.5  # the same for a sentence not in English (the model reads English best)
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
+MATCH_AT_OTHER_LANGUAGE = 0.6  # ... when the new message is not in English (close by accident more often)
 SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a repeated request)
 REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the llm policy then calls its model)
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
@@ -896,6 +897,7 @@ class RulesPolicy:
             return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
         text = phrasing.memory_text(body, self._clause_score)
         mine = self._sentence_vectors([msg.text])
+        match_at = MATCH_AT if phrasing.is_english(msg.text) else MATCH_AT_OTHER_LANGUAGE
         best: tuple[float, Hypothesis] | None = None
         for h in tools.working.hypotheses:
             if msg.conversation_id in h.conversations:
@@ -909,7 +911,7 @@ class RulesPolicy:
             score = float((mine @ theirs.T).max()) if len(mine) and len(theirs) else 0.0
             if score >= SAME_WORDS:
                 continue  # the same request again word for word is a repeated task, not a disclosure
-            if score >= MATCH_AT and (best is None or score > best[0]):
+            if score >= match_at and (best is None or score > best[0]):
                 best = (score, h)
         if best is None:
             if self._duplicate(tools, text) is not None:
