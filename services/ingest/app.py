@@ -119,7 +119,16 @@ def build_app(settings: IngestSettings, producer: SignalProducer) -> web.Applica
             return _json_error(503, "Kafka did not acknowledge in time; retry later", retry_after_s=1)
         produce_failing.cleared()
         metrics.INGEST_SIGNALS.inc(len(signals))
-        return web.json_response({"accepted": len(signals)}, status=202)
+        # where to ask what came of each message: the api's status route (404 until the sweeper wrote it)
+        messages = [
+            {
+                "user_id": s.user_id,
+                "message_id": s.message_id,
+                "status": f"/v1/users/{s.user_id}/messages/{s.message_id}",
+            }
+            for s in signals
+        ]
+        return web.json_response({"accepted": len(signals), "messages": messages}, status=202)
 
     app = web.Application(client_max_size=settings.max_body_bytes)
     app.router.add_post("/v1/signals", post_signals)

@@ -32,7 +32,11 @@ async def test_explicit_preference_becomes_one_memory_with_its_receipt_everywher
 ) -> None:
     user = new_user()
     sig = signal(user, "Always answer in metric units")
-    assert await post(http, pipeline, sig) == (202, {"accepted": 1})
+    status_path = f"/v1/users/{user}/messages/{sig['message_id']}"
+    assert await post(http, pipeline, sig) == (
+        202,
+        {"accepted": 1, "messages": [{"user_id": user, "message_id": sig["message_id"], "status": status_path}]},
+    )
 
     memories = await eventually(lambda: previews(http, pipeline, user), what="the memory in the api previews")
     assert len(memories) == 1
@@ -51,6 +55,11 @@ async def test_explicit_preference_becomes_one_memory_with_its_receipt_everywher
     assert [(x["message_id"], x["conversation_id"], x["text"]) for x in detail["receipts"]] == [
         (sig["message_id"], "c1", "Always answer in metric units")
     ]
+
+    # the 202's status path says what came of the message: evidence of that memory
+    async with http.get(pipeline.api + status_path, headers=pipeline.auth()) as r:
+        status = await r.json()
+    assert (status["outcome"], [m["memory_id"] for m in status["memories"]]) == ("remembered", [memory["id"]])
 
     # Qdrant: same id and version (the embedded store is single-process: pause the indexer)
     await eventually(lambda: e2e_pool.fetchval("SELECT count(*) = 0 FROM index_outbox"), what="the outbox to drain")
