@@ -85,23 +85,35 @@ async def test_a_message_behind_a_memory_the_user_deleted_says_so(api: Api, db: 
     assert memory["history"] == f"/v1/users/alice/memories/{memory_id}/history"
 
 
+async def test_a_secret_is_refused_by_the_guard_with_its_reason_and_the_secret_is_not_echoed(
+    api: Api, db: asyncpg.Pool
+) -> None:
+    [message_id] = await sweep(db, "alice", "Always remember that my bank password is hunter2.")
+    await curate(db)
+    status = await api.call("GET", status_path(message_id))
+    assert (status["stage"], status["outcome"], status["memories"]) == ("curated", "refused", [])
+    [reason] = status["refusals"]
+    assert "password" in reason and "hunter2" not in reason
+    assert "refusals per run, not per message" in status["notes"][0]
+
+
 async def test_a_refusal_of_the_run_is_shown_and_attributed_only_when_it_names_the_message(
     api: Api, db: asyncpg.Pool
 ) -> None:
-    [message_id] = await sweep(db, "alice", "Remember that my password is hunter2 for the bank")
+    [message_id] = await sweep(db, "alice", "What time is it in Lisbon right now?")
     await curate(db)
-    # the run's transcript entry, as the guard's refusal leaves it: the reason, not the message
+    # the run's transcript entry as a refusal leaves it: the tool result, not the message it was about
     await db.execute(
         """UPDATE agent_state SET transcript = jsonb_build_array(jsonb_build_object(
                'run_id', 'r1', 'messages', jsonb_build_array($2::text),
-               'results', jsonb_build_array('Refused: This cannot be remembered: it holds a password.')))
+               'results', jsonb_build_array('Refused: You are out of room: 40 of 40 memories are used.')))
            WHERE user_id = $1""",
         "alice",
         message_id,
     )
     status = await api.call("GET", status_path(message_id))
     assert status["outcome"] == "not_remembered" and status["refusals"] == []
-    assert status["run_refusals"] == ["This cannot be remembered: it holds a password."]
+    assert status["run_refusals"] == ["You are out of room: 40 of 40 memories are used."]
     assert "recorded per run, not per message" in status["notes"][0]
     # a refusal that names the message (the deleted-memory check does) is the message's own
     await db.execute(
@@ -132,3 +144,16 @@ async def test_another_users_message_is_not_found_and_their_token_cannot_ask(api
     await api.call("GET", status_path(message_id), user="bob", expect=403)  # alice's path: not his token
     async with api.client.get(status_path(message_id), headers=api.auth("alice", "memories:write")) as r:
         assert r.status == 403  # memories:read is the scope
+
+
+async def test_a_message_that_made_the_agent_delete_a_memory_says_so(api: Api, db: asyncpg.Pool) -> None:
+    memory_id, first = await agent_memory(db, "alice")
+    [asked] = await sweep(db, "alice", "Forget that I want metric units.", conv="c2")
+    await curate(db)
+    assert await db.fetchval("SELECT count(*) FROM memories WHERE user_id = 'alice'") == 0
+    status = await api.call("GET", status_path(asked))
+    assert status["outcome"] == "forgotten" and memory_id in status["summary"]
+    [memory] = status["memories"]
+    assert (memory["memory_id"], memory["state"], memory["asked_to_delete"]) == (memory_id, "deleted_by_agent", True)
+    before = await api.call("GET", status_path(first))  # the message it was inferred from
+    assert before["outcome"] == "forgotten" and before["memories"][0]["asked_to_delete"] is False

@@ -10,7 +10,8 @@ What came of a curated message, read from one snapshot:
   held            in one of the agent's hypotheses (seen n times in k conversations)
   deleted         evidence of a memory the user deleted (invariant 12: not written again from it)
   forgotten       evidence of a memory the agent deleted (contradicted, or asked to forget)
-  refused         a tool call citing it was refused (only when the refusal names the message)
+  refused         refused by a guard: a refusal of its run names the message, or the guard (invariant
+                  11) refuses its text, which no policy may keep, whatever the run tried
   not_remembered  a one-off: nothing was kept
 
 Refusals (the guard's, the budget's) are recorded per run, not per message: the run's
@@ -18,7 +19,8 @@ transcript entry in `agent_state.transcript` keeps the tool results ("Refused: .
 of the messages the run read, and the transcript keeps the last 50 runs. A refusal whose text
 names the message (the deleted-memory check does) is attributed to it; any other refusal of the
 run that read the message is shown as `run_refusals`, unattributed, and the outcome stays
-`not_remembered`.
+`not_remembered`, unless the guard, asked now, refuses the message's text (a secret, an
+instruction, a claim of authority): then it is `refused` with the guard's reason.
 
 Every statement has the user id in its WHERE clause (tenant isolation).
 """
@@ -31,6 +33,7 @@ from typing import Any
 
 import asyncpg
 
+from memwright.agent import guard
 from memwright.store.memories import preview
 
 OUTCOMES = ("pending", "remembered", "held", "deleted", "forgotten", "refused", "not_remembered")
@@ -38,7 +41,7 @@ MEMORY_STATES = ("current", "deleted_by_user", "deleted_by_agent", "consolidated
 
 # tenant isolation: the message is found by (user_id, message_id), never by its id alone
 MESSAGE = """
-SELECT m.message_id, m.conversation_id, m.project_id, m.role, m.seq, m.sent_at, m.accepted_at, m.swept_at,
+SELECT m.message_id, m.conversation_id, m.project_id, m.role, m.text, m.seq, m.sent_at, m.accepted_at, m.swept_at,
        coalesce(a.watermark, 0) AS watermark
 FROM messages m LEFT JOIN agents a ON a.user_id = m.user_id
 WHERE m.user_id = $1 AND m.message_id = $2
@@ -191,7 +194,7 @@ def _summary(outcome: str, memories: list[dict[str, Any]], hypotheses: list[dict
         gone = [m["memory_id"] for m in memories if m["state"] != "current"]
         return f"was evidence of memory {', '.join(gone)}, which the agent later deleted (see its history)"
     if outcome == "refused":
-        return "not remembered: a change citing this message was refused (see refusals)"
+        return "not remembered: refused by a guard (see refusals for the reason)"
     if role != "user":
         return "not remembered: only the user's own messages are evidence, this one is the assistant's"
     return "not remembered: the agent read it and kept nothing (a one-off)"
@@ -211,6 +214,8 @@ async def message_status(conn: asyncpg.Connection, user_id: str, message_id: str
             "project_id": msg["project_id"],
             "role": msg["role"],
             "stage": "curated" if curated else "swept",
+            "outcome": "pending",
+            "summary": _summary("pending", [], [], msg["role"]),
             "accepted_at": msg["accepted_at"].isoformat(),
             "swept_at": msg["swept_at"].isoformat(),
             "curated": None,
@@ -223,8 +228,6 @@ async def message_status(conn: asyncpg.Connection, user_id: str, message_id: str
         if not curated:
             running = await conn.fetchrow(RUNNING, user_id)
             waiting = await conn.fetchval(WAITING, user_id)
-            status["outcome"] = "pending"
-            status["summary"] = _summary("pending", [], [], msg["role"])
             status["waiting_since"] = waiting.isoformat() if waiting else None
             status["run_in_progress"] = str(running["run_id"]) if running else None
             return status
@@ -240,6 +243,13 @@ async def message_status(conn: asyncpg.Connection, user_id: str, message_id: str
         entries = [_json(r["t"]) for r in await conn.fetch(TRANSCRIPT, user_id, message_id)]
     named, others = _refusals(entries, message_id)
     outcome = _outcome(memories, hypotheses, named)
+    verdict = guard.check(msg["text"]) if outcome == "not_remembered" and msg["role"] == "user" else None
+    if verdict is not None:  # invariant 11: no policy may keep this text, whether or not the run tried
+        outcome, named = "refused", [verdict.reason]
+        status["notes"].append(
+            "the guard (invariant 11) refuses this text for every policy; it was judged now, as the run records "
+            "refusals per run, not per message"
+        )
     status.update(
         outcome=outcome,
         summary=_summary(outcome, memories, hypotheses, msg["role"]),
