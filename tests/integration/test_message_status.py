@@ -34,6 +34,9 @@ async def test_a_message_not_swept_yet_is_a_404_that_says_it_may_be_on_its_way(a
     answer = await api.call("GET", status_path("alice-never"), expect=404)
     assert "on its way" in answer["error"] and "never sent" in answer["error"]
     await api.call("GET", status_path("bad id with spaces"), expect=400)
+    await db.execute("INSERT INTO user_erasures (user_id, requested_by) VALUES ('alice', 'alice')")
+    answer = await api.call("GET", status_path("alice-never"), expect=404)
+    assert "on its way" in answer["error"] and "erased at" in answer["error"]
 
 
 async def test_a_swept_message_waits_for_the_agent_then_an_explicit_preference_is_remembered_with_its_link(
