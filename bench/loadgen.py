@@ -10,14 +10,23 @@ a timeout.
 
 Closed loop: `concurrency` workers send back to back for `duration_s`: the most the
 target does on this machine, which is what a ceiling is.
+
+Both pause the load generator's own cyclic garbage collector while they run (`quiet_gc`): a
+full collection over the thousands of tasks and responses of a load stalled this process for
+tens of milliseconds at a time, and every request due meanwhile counted the stall as latency of
+the target (a context read at 1,000 req/s: p99 70 ms with the collector, 7-10 ms without;
+the stall was one 80 ms pause). Reference counting still frees everything else; the cycles
+are collected after the load.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import gc
 import math
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,9 +85,28 @@ def _r(x: float) -> float | None:
     return None if math.isnan(x) else round(x, 2)
 
 
+@contextlib.contextmanager
+def quiet_gc() -> Iterator[None]:
+    """No cyclic garbage collection in this process while a load runs (collected before and after)."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+        gc.collect()
+
+
 async def open_loop(
     send: Send, rate: float, duration_s: float, max_in_flight: int = 512, drain_s: float = 15.0
 ) -> LoadResult:
+    with quiet_gc():
+        return await _open_loop(send, rate, duration_s, max_in_flight, drain_s)
+
+
+async def _open_loop(send: Send, rate: float, duration_s: float, max_in_flight: int, drain_s: float) -> LoadResult:
     total = max(1, round(rate * duration_s))
     result = LoadResult(offered_rps=rate, duration_s=duration_s)
     slots = asyncio.Semaphore(max_in_flight)
@@ -125,6 +153,11 @@ async def open_loop(
 
 
 async def closed_loop(send: Send, concurrency: int, duration_s: float) -> LoadResult:
+    with quiet_gc():
+        return await _closed_loop(send, concurrency, duration_s)
+
+
+async def _closed_loop(send: Send, concurrency: int, duration_s: float) -> LoadResult:
     result = LoadResult(offered_rps=math.nan, duration_s=duration_s)
     start = time.monotonic()
     deadline = start + duration_s
