@@ -20,6 +20,12 @@ def word_pattern(name: str, anchored: bool = False) -> re.Pattern[str]:
 
 
 CHANGE = word_pattern("change")  # something changed: a close memory is updated, not added to
+NOT_CHANGE = word_pattern("not_change")  # "from now on": a new standing rule, not a change
 PAST = word_pattern("past")  # a clause of an update that speaks of the old value
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household
+
+
+def says_changed(text: str) -> bool:
+    """Whether the text says something changed (a change word, not inside "from now on")."""
+    return CHANGE.search(NOT_CHANGE.sub(" ", text)) is not None

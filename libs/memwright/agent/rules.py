@@ -652,7 +652,7 @@ def forget_request(sentence: str) -> str | None:
 # ---- the policy --------------------------------------------------------------------------
 
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
-from memwright.agent.lexicon import CHANGE, OUTSIDERS, UNSURE  # noqa: E402
+from memwright.agent.lexicon import OUTSIDERS, UNSURE, says_changed  # noqa: E402
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
@@ -870,7 +870,7 @@ class RulesPolicy:
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
-        threshold = CHANGE_TOPIC if changing or CHANGE.search(msg.text) else SAME_TOPIC
+        threshold = CHANGE_TOPIC if changing or says_changed(msg.text) else SAME_TOPIC
         if closest is not None and closest[1] >= threshold:
             memory = closest[0]
             if set(evidence) <= set(memory.evidence):
@@ -893,7 +893,7 @@ class RulesPolicy:
         means the same (best-matching sentence pair), citing both; else it is held."""
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
-        if closest is not None and closest[1] >= CHANGE_TOPIC and CHANGE.search(body):
+        if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
             return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
         text = phrasing.memory_text(body, self._clause_score)
         mine = self._sentence_vectors([msg.text])
@@ -1144,7 +1144,7 @@ class RulesPolicy:
         closest = self._closest_memory(tools, self._vector(text))
         if closest is None:
             return None
-        threshold = CHANGE_TOPIC if changing or CHANGE.search(said or text) else SAME_TOPIC
+        threshold = CHANGE_TOPIC if changing or says_changed(said or text) else SAME_TOPIC
         return closest[0] if closest[1] >= threshold else None
 
     def _remember(
