@@ -6,7 +6,6 @@ Token counts are estimated without a tokenizer (none ships offline): see `estima
 
 from __future__ import annotations
 
-import hashlib
 import math
 import re
 from typing import Any
@@ -84,9 +83,3 @@ def render_block(user_id: str, previews: list[dict[str, Any]]) -> str:
         ]
     lines.append("</user_memories>")
     return "\n".join(lines)
-
-
-def block_etag(list_etag: str) -> str:
-    """The context's ETag: the previews' ETag and the block's format version."""
-    digest = hashlib.sha256(f"{BLOCK_FORMAT}:{list_etag}".encode()).hexdigest()[:32]
-    return f'"{digest}"'

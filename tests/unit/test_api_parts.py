@@ -61,10 +61,6 @@ def test_the_token_estimate_follows_its_stated_rule(text: str, expected: int) ->
     assert context.estimate_tokens(text) == expected
 
 
-def test_the_context_etag_changes_with_the_previews_etag_only() -> None:
-    assert context.block_etag('"a"') == context.block_etag('"a"') != context.block_etag('"b"')
-
-
 # ---- rate limiter ----------------------------------------------------------------------
 
 
