@@ -242,16 +242,21 @@ class KeptProducer:
         try:
             futures = [await producer.send(topic, key=key, value=value) for key, value in records]
             delivered = asyncio.gather(*futures)
-            sender = _sender_task(producer)
-            if sender is not None:
-                # a sender that ends without failing the batches (cancelled) leaves them waiting forever
-                either: set[asyncio.Future[Any]] = {delivered, sender}
-                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-                if not delivered.done():
-                    delivered.cancel()
-                    self.replace(producer)
-                    raise KafkaUnavailable(f"Kafka producer {self.name} stopped sending; replaced, retry")
-            await delivered
+            try:
+                sender = _sender_task(producer)
+                if sender is not None:
+                    # a sender that ends without failing the batches (cancelled) leaves them waiting forever
+                    either: set[asyncio.Future[Any]] = {delivered, sender}
+                    await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+                    if not delivered.done():
+                        self.replace(producer)
+                        raise KafkaUnavailable(f"Kafka producer {self.name} stopped sending; replaced, retry")
+                await delivered
+            finally:
+                # given up (stopped sending, or the caller's timeout cancelled us): nobody will read
+                # its outcome, so it must not end in an error that asyncio logs as never retrieved
+                delivered.add_done_callback(_consume)
+                delivered.cancel()
         except FATAL_PRODUCER_ERRORS:
             self.replace(producer)
             raise
@@ -265,6 +270,12 @@ class KeptProducer:
             await producer.stop()
         if self._retiring:
             await asyncio.gather(*self._retiring)
+
+
+def _consume(future: asyncio.Future[Any]) -> None:
+    """Read a future's outcome so that asyncio does not log it as never retrieved."""
+    if not future.cancelled():
+        future.exception()
 
 
 async def _stop_quietly(producer: AIOKafkaProducer) -> None:

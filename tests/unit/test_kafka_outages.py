@@ -5,6 +5,7 @@ into the condition. (The long-outage drill bounds lines and CPU per service end 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import time
 
@@ -120,3 +121,42 @@ def test_an_outage_that_no_client_retries_any_more_is_over(monkeypatch: pytest.M
         assert not kafka._outage_ongoing()
     assert [e["event"] for e in logs] == ["kafka_unreachable", "kafka_unreachable_cleared"]
     assert not kafka.UNREACHABLE.active
+
+
+async def test_a_send_given_up_by_its_caller_leaves_no_error_for_asyncio_to_log() -> None:
+    """Ingest gives a send 5 s; when Kafka answers later with an error, nobody reads it. Before,
+    asyncio logged each such error as "exception was never retrieved": 786 lines in the long-outage
+    drill's 50 s, far over its bound."""
+    loop = asyncio.get_running_loop()
+    unretrieved: list[dict[str, object]] = []
+    previous = loop.get_exception_handler()
+    loop.set_exception_handler(lambda _, context: unretrieved.append(context))
+    pending: list[asyncio.Future[None]] = []
+
+    alive: asyncio.Future[None] = loop.create_future()
+
+    class Sender:
+        sender_task = alive  # still running: the send waits on its records and on this
+
+    class SlowProducer:  # answers each record later, like a broker that is away
+        _sender = Sender()
+
+        async def send(self, topic: str, key: bytes | None = None, value: bytes | None = None) -> asyncio.Future[None]:
+            pending.append(loop.create_future())
+            return pending[-1]
+
+    kept = kafka.KeptProducer("127.0.0.1:1", name="ingest")
+    kept.producer = SlowProducer()  # type: ignore[assignment]
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(kept.send_all("t", [(b"k", b"v"), (b"k", b"w")]), 0.05)
+        for future in pending:
+            if not future.done():
+                future.set_exception(kafka.KafkaError("LeaderNotAvailableError"))
+        await asyncio.sleep(0)
+        gc.collect()
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(previous)
+        alive.cancel()
+    assert unretrieved == []
