@@ -308,7 +308,9 @@ class MemwrightClient:
                         return r.status, body, r.headers
                     reason = body.get("error", str(body)) if isinstance(body, dict) else (body or r.reason or "")
                     error = MemwrightError(r.status, str(reason), body)
-                    if r.status not in RETRY_STATUSES or attempt >= self.retries:
+                    # a 503 from a proxy may come after the request was served: repeat only what is safe
+                    retryable = r.status == 429 or (r.status in RETRY_STATUSES and idempotent)
+                    if not retryable or attempt >= self.retries:
                         raise error
                     wait = self._retry_after(r, body)
                     if wait is not None and wait > self.max_retry_after_s:
