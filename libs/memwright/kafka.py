@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import threading
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -93,17 +94,35 @@ class _OutageFilter(logging.Filter):
 # any client clears its node, so the condition cannot outlive the outage because the client
 # that saw it was closed.
 _FAILING: dict[tuple[str, Any], tuple[int, float]] = {}
+_FAILING_LOCK = threading.RLock()  # faust's consumer runs its aiokafka client in a thread of its own
 _FORGET_AFTER_S = 4 * RECONNECT_BACKOFF_MAX_S  # a node nobody retried for this long: no client wants it
 
 
 def _outage_ongoing() -> bool:
     """Whether some node is failing now; clears UNREACHABLE once none is."""
     now = time.monotonic()
-    for key in [k for k, (_, at) in _FAILING.items() if now - at > _FORGET_AFTER_S]:
-        del _FAILING[key]
-    if not _FAILING:
-        UNREACHABLE.cleared()
-    return bool(_FAILING)
+    with _FAILING_LOCK:
+        for key in [k for k, (_, at) in _FAILING.items() if now - at > _FORGET_AFTER_S]:
+            del _FAILING[key]
+        if not _FAILING:
+            UNREACHABLE.cleared()
+        return bool(_FAILING)
+
+
+def _connected(key: tuple[str, Any]) -> None:
+    with _FAILING_LOCK:
+        known = _FAILING.pop(key, None) is not None
+    if known:
+        _outage_ongoing()
+
+
+def _failed(key: tuple[str, Any]) -> int:
+    """Count a failed attempt on this node; return how many in a row."""
+    with _FAILING_LOCK:
+        failures = _FAILING.get(key, (0, 0.0))[0] + 1
+        _FAILING[key] = (failures, time.monotonic())
+        UNREACHABLE.failed(node=str(key[1]))
+    return failures
 
 
 _installed = False
@@ -122,13 +141,10 @@ def install_reconnect_backoff() -> None:
         conn = await original(self, node_id, **kwargs)
         key = (str(self._bootstrap_servers), node_id)
         if conn is not None:
-            if _FAILING.pop(key, None) is not None:
-                _outage_ongoing()
+            _connected(key)
             return conn
-        failures = _FAILING.get(key, (0, 0.0))[0] + 1
-        _FAILING[key] = (failures, time.monotonic())
+        failures = _failed(key)
         metrics.KAFKA_CONNECT_FAILURES.inc()
-        UNREACHABLE.failed(node=str(node_id))
         # the caller (sender, metadata synchroniser, coordinator) retries at once: make it wait here
         await asyncio.sleep(reconnect_delay(failures))
         return None
