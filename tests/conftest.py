@@ -13,6 +13,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from aiohttp.test_utils import TestClient
 from memwright.settings import KafkaSettings
 from memwright.store import migrate
 from memwright.store.db import create_pool
@@ -115,3 +116,20 @@ def kafka(stack: dict[str, str]) -> KafkaSettings:
 @pytest.fixture(scope="session")
 def session_tmp(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
     yield tmp_path_factory.mktemp("memwright")
+
+
+async def raw_request(client: TestClient, head: bytes, body: bytes, hang_up: bool) -> bytes:
+    """Send a request's bytes by hand (a body shorter than its Content-Length, say); with `hang_up`,
+    close the connection before any answer, else return the whole answer (head and body)."""
+    reader, writer = await asyncio.open_connection(client.host, client.port)
+    writer.write(head + body)
+    await writer.drain()
+    if hang_up:
+        await asyncio.sleep(0.05)
+        writer.close()
+        return b""
+    answer_head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)  # the answer, while the body never came
+    length = int(next(h for h in answer_head.split(b"\r\n") if h.lower().startswith(b"content-length:")).split(b":")[1])
+    answer = answer_head + await asyncio.wait_for(reader.readexactly(length), 10)
+    writer.close()
+    return answer

@@ -25,6 +25,8 @@ from memwright.services.api.openapi import document
 from memwright.settings import ApiSettings, AuthSettings, SettingsError
 from structlog.testing import capture_logs
 
+from tests.conftest import raw_request
+
 SETTINGS = ApiSettings(jwt_secret="k" * 40, pg_dsn="unused")
 
 
@@ -322,19 +324,6 @@ async def test_over_long_integers_and_deep_nesting_in_a_body_are_a_400(
             assert r.status == 400 and expected in (await r.json())["error"]
 
 
-async def _raw(client: TestClient, head: bytes, body: bytes, hang_up: bool) -> bytes:
-    reader, writer = await asyncio.open_connection(client.host, client.port)
-    writer.write(head + body)
-    await writer.drain()
-    if hang_up:
-        await asyncio.sleep(0.05)
-        writer.close()
-        return b""
-    answer = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
-    writer.close()
-    return answer
-
-
 def _post_head(token: str, length: int) -> bytes:
     return (
         f"POST /v1/users/alice/memories HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\n"
@@ -348,7 +337,7 @@ async def test_a_client_that_hangs_up_mid_body_is_counted_as_499_and_not_logged_
     async with TestClient(TestServer(build_app(SETTINGS, None))) as client:  # type: ignore[arg-type]
         before = _api_counted(route)
         with capture_logs() as logged:
-            await _raw(client, _post_head(token, 1000), b'{"text": "I pre', hang_up=True)
+            await raw_request(client, _post_head(token, 1000), b'{"text": "I pre', hang_up=True)
             for _ in range(100):
                 if _api_counted(route) != before:
                     break
@@ -364,6 +353,6 @@ async def test_a_body_that_does_not_arrive_in_time_is_a_408() -> None:
     token = mint(settings, "alice", ["memories:write"])
     async with TestClient(TestServer(build_app(settings, None))) as client:  # type: ignore[arg-type]
         started = time.monotonic()
-        answer = await _raw(client, _post_head(token, 1000), b'{"text": "I pre', hang_up=False)
+        answer = await raw_request(client, _post_head(token, 1000), b'{"text": "I pre', hang_up=False)
         assert answer.startswith(b"HTTP/1.1 408"), answer
         assert time.monotonic() - started < 5

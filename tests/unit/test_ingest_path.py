@@ -26,6 +26,8 @@ from memwright.services.ingest import app as ingest_app
 from memwright.services.ingest.app import build_app
 from memwright.settings import IngestSettings
 
+from tests.conftest import raw_request
+
 SETTINGS = IngestSettings(kafka_bootstrap="127.0.0.1:1", jwt_secret="k" * 40)
 
 
@@ -160,21 +162,6 @@ async def test_an_unexpected_error_is_a_counted_500_with_a_reason(monkeypatch: p
         assert _counted()["500"] - before["500"] == 1
 
 
-async def _raw_request(client: TestClient, head: bytes, body: bytes, hang_up: bool) -> bytes:
-    reader, writer = await asyncio.open_connection(client.host, client.port)
-    writer.write(head + body)
-    await writer.drain()
-    if hang_up:
-        await asyncio.sleep(0.05)
-        writer.close()
-        return b""
-    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)  # the answer, while the body never came
-    length = int(next(h for h in head.split(b"\r\n") if h.lower().startswith(b"content-length:")).split(b":")[1])
-    answer = head + await asyncio.wait_for(reader.readexactly(length), 10)
-    writer.close()
-    return answer
-
-
 def _head(path: str, token: str, length: int) -> bytes:
     return (
         f"POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n"
@@ -187,7 +174,7 @@ async def test_a_client_that_hangs_up_mid_body_is_counted_as_gone_not_as_a_500()
     token = mint(settings, "service:t", ["signals:write"])
     async with TestClient(TestServer(build_app(settings, AcceptingProducer()))) as client:  # type: ignore[arg-type]
         before = _counted()
-        await _raw_request(client, _head("/v1/signals", token, 1000), b'{"schema_version": 1', hang_up=True)
+        await raw_request(client, _head("/v1/signals", token, 1000), b'{"schema_version": 1', hang_up=True)
         for _ in range(100):
             if _counted() != before:
                 break
@@ -201,7 +188,7 @@ async def test_a_body_that_does_not_arrive_in_time_is_a_408() -> None:
     token = mint(settings, "service:t", ["signals:write"])
     async with TestClient(TestServer(build_app(settings, AcceptingProducer()))) as client:  # type: ignore[arg-type]
         started = time.monotonic()
-        answer = await _raw_request(client, _head("/v1/signals", token, 1000), b'{"schema_version": 1', hang_up=False)
+        answer = await raw_request(client, _head("/v1/signals", token, 1000), b'{"schema_version": 1', hang_up=False)
         assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.3 s" in answer
         assert time.monotonic() - started < 5
 
