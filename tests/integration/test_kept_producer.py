@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import re
 import uuid
+from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
@@ -48,88 +49,87 @@ async def topic(kafka: KafkaSettings) -> str:
     return await new_topic(kafka, "kept")
 
 
+@pytest.fixture
+async def kept(kafka: KafkaSettings) -> AsyncIterator[KeptProducer]:
+    """A KeptProducer, connected."""
+    producer = KeptProducer(kafka.kafka_bootstrap, name="relay")
+    producer.start()
+    try:
+        await producer.wait_ready(30)
+        yield producer
+    finally:
+        await producer.stop()
+
+
 async def _values(kafka: KafkaSettings, topic: str, expected: int) -> list[bytes]:
     return [r.value for r in await read_topic(kafka, topic, expected)]
 
 
-async def test_wedged_producer_is_replaced_and_the_next_send_is_delivered(kafka: KafkaSettings, topic: str) -> None:
-    kept = KeptProducer(kafka.kafka_bootstrap, name="relay")
-    kept.start()
-    try:
-        await kept.wait_ready(30)
-        await kept.send_all(topic, [(b"k", b"before")])
-        first = kept.producer
-        assert first is not None
-        wedge(first)
-        with pytest.raises((KafkaUnavailable, OutOfOrderSequenceNumber)):
-            await asyncio.wait_for(kept.send_all(topic, [(b"k", b"lost")]), 5)
-        await kept.wait_ready(30)
-        assert kept.producer is not first, "the wedged producer is still in use"
-        await asyncio.wait_for(kept.send_all(topic, [(b"k", b"after")]), 10)
-    finally:
-        await kept.stop()
+async def _replaced_and_sending(kept: KeptProducer, broken: object, topic: str) -> None:
+    """A new producer took the broken one's place, and it delivers."""
+    await kept.wait_ready(30)
+    assert kept.producer is not broken, "the broken producer is still in use"
+    await asyncio.wait_for(kept.send_all(topic, [(b"k", b"after")]), 10)
+
+
+async def test_wedged_producer_is_replaced_and_the_next_send_is_delivered(
+    kafka: KafkaSettings, topic: str, kept: KeptProducer
+) -> None:
+    await kept.send_all(topic, [(b"k", b"before")])
+    first = kept.producer
+    assert first is not None
+    wedge(first)
+    with pytest.raises((KafkaUnavailable, OutOfOrderSequenceNumber)):
+        await asyncio.wait_for(kept.send_all(topic, [(b"k", b"lost")]), 5)
+    await _replaced_and_sending(kept, first, topic)
     assert await _values(kafka, topic, 2) == [b"before", b"after"]
 
 
 @pytest.mark.parametrize("death", ["fatal error", "cancelled"])
 async def test_a_sender_that_ends_while_a_send_waits_for_metadata_does_not_hang_the_send(
-    kafka: KafkaSettings, topic: str, death: str
+    kafka: KafkaSettings, topic: str, kept: KeptProducer, death: str
 ) -> None:
     """A sender that dies on a fatal error fails later records at once; one that ends without
     failing them (cancelled) would leave them waiting forever, and with them the relay's
     transaction or an embedding service's send. Either way the send ends and the producer is replaced."""
-    kept = KeptProducer(kafka.kafka_bootstrap, name="relay")
-    kept.start()
-    try:
-        await kept.wait_ready(30)
-        first = kept.producer
-        assert first is not None
-        gate = asyncio.Event()
-        wait_on_metadata = first.client._wait_on_metadata
+    first = kept.producer
+    assert first is not None
+    gate = asyncio.Event()
+    wait_on_metadata = first.client._wait_on_metadata
 
-        async def slow_metadata(topic: str) -> object:
-            await gate.wait()  # as after a broker restart: the producer waits for metadata...
-            return await wait_on_metadata(topic)
+    async def slow_metadata(topic: str) -> object:
+        await gate.wait()  # as after a broker restart: the producer waits for metadata...
+        return await wait_on_metadata(topic)
 
-        first.client._wait_on_metadata = slow_metadata  # type: ignore[method-assign]
-        sending = asyncio.create_task(kept.send_all(topic, [(b"k", b"lost")]))
-        await asyncio.sleep(0.2)
-        if death == "fatal error":  # ...and meanwhile its sender ends
-            wedge(first)
-        else:
-            first._sender.sender_task.remove_done_callback(first._sender._fail_all)
-            first._sender.sender_task.cancel()
-        await asyncio.sleep(0.2)
-        gate.set()
-        with pytest.raises((KafkaUnavailable, OutOfOrderSequenceNumber)):
-            await asyncio.wait_for(sending, 10)
-        await kept.wait_ready(30)
-        assert kept.producer is not first
-        await asyncio.wait_for(kept.send_all(topic, [(b"k", b"after")]), 10)
-    finally:
-        await kept.stop()
+    first.client._wait_on_metadata = slow_metadata  # type: ignore[method-assign]
+    sending = asyncio.create_task(kept.send_all(topic, [(b"k", b"lost")]))
+    await asyncio.sleep(0.2)
+    if death == "fatal error":  # ...and meanwhile its sender ends
+        wedge(first)
+    else:
+        first._sender.sender_task.remove_done_callback(first._sender._fail_all)
+        first._sender.sender_task.cancel()
+    await asyncio.sleep(0.2)
+    gate.set()
+    with pytest.raises((KafkaUnavailable, OutOfOrderSequenceNumber)):
+        await asyncio.wait_for(sending, 10)
+    await _replaced_and_sending(kept, first, topic)
     assert await _values(kafka, topic, 1) == [b"after"]
 
 
-async def test_a_fatal_error_from_a_send_replaces_the_producer(kafka: KafkaSettings, topic: str) -> None:
-    kept = KeptProducer(kafka.kafka_bootstrap, name="relay")
-    kept.start()
-    try:
-        await kept.wait_ready(30)
-        first = kept.producer
-        assert first is not None
+async def test_a_fatal_error_from_a_send_replaces_the_producer(
+    kafka: KafkaSettings, topic: str, kept: KeptProducer
+) -> None:
+    first = kept.producer
+    assert first is not None
 
-        async def fails(*args: object, **kwargs: object) -> None:
-            raise OutOfOrderSequenceNumber()
+    async def fails(*args: object, **kwargs: object) -> None:
+        raise OutOfOrderSequenceNumber()
 
-        first.send = fails  # type: ignore[method-assign]
-        with pytest.raises(OutOfOrderSequenceNumber):
-            await kept.send_all(topic, [(b"k", b"lost")])
-        await kept.wait_ready(30)
-        assert kept.producer is not first
-        await asyncio.wait_for(kept.send_all(topic, [(b"k", b"after")]), 10)
-    finally:
-        await kept.stop()
+    first.send = fails  # type: ignore[method-assign]
+    with pytest.raises(OutOfOrderSequenceNumber):
+        await kept.send_all(topic, [(b"k", b"lost")])
+    await _replaced_and_sending(kept, first, topic)
     assert await _values(kafka, topic, 1) == [b"after"]
 
 
