@@ -52,15 +52,6 @@ class Api:
             return payload
 
 
-@pytest.fixture
-async def api(db: asyncpg.Pool) -> AsyncIterator[Api]:
-    await db.execute("TRUNCATE user_erasures")
-    async with TestClient(TestServer(build_app(SETTINGS, db))) as client:
-        yield Api(client, SETTINGS)
-    # an erasure drops later-arriving messages accepted before it: leave none for other tests
-    await db.execute("TRUNCATE user_erasures")
-
-
 async def curate(db: asyncpg.Pool) -> None:
     """One run of the rules policy for the longest-waiting user, committed."""
     async with db.acquire() as conn:

@@ -5,25 +5,13 @@ that read it; and only the user's own token reaches it."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import asyncpg
-import pytest
-from aiohttp.test_utils import TestClient, TestServer
-from memwright.services.api.app import build_app
 from memwright.store.sweeps import write_window
 
 from tests.integration.helpers import sig, sweep
-from tests.integration.test_api_memories import SETTINGS, Api, agent_memory, curate
-
-
-@pytest.fixture
-async def api(db: asyncpg.Pool) -> AsyncIterator[Api]:
-    await db.execute("TRUNCATE user_erasures")
-    async with TestClient(TestServer(build_app(SETTINGS, db))) as client:
-        yield Api(client, SETTINGS)
-    await db.execute("TRUNCATE user_erasures")
+from tests.integration.test_api_memories import Api, agent_memory, curate
 
 
 def status_path(message_id: str, user: str = "alice") -> str:
