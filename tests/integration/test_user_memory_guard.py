@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncpg
 import pytest
 
-from tests.integration.test_api_memories import Api, api  # noqa: F401  (the in-process api fixture)
+from tests.integration.test_api_memories import Api
 
 REFUSED = [
     ("My API key is sk-live-abc123", "holds a secret (an API key"),
@@ -22,7 +22,7 @@ REFUSED = [
 
 @pytest.mark.parametrize(("text", "reason"), REFUSED)
 async def test_a_user_written_memory_that_the_guard_refuses_is_a_400_with_the_reason(
-    api: Api,  # noqa: F811
+    api: Api,
     db: asyncpg.Pool,
     text: str,
     reason: str,
@@ -43,6 +43,6 @@ async def test_a_user_written_memory_that_the_guard_refuses_is_a_400_with_the_re
 @pytest.mark.parametrize(
     "text", ["My password manager is 1Password", "I work as an admin assistant", "Never use emojis", "I'm a nurse"]
 )
-async def test_an_ordinary_user_written_memory_is_written(api: Api, text: str) -> None:  # noqa: F811
+async def test_an_ordinary_user_written_memory_is_written(api: Api, text: str) -> None:
     created = await api.call("POST", "/v1/users/alice/memories", body={"text": text}, expect=201)
     assert created["text"] == text and created["author"] == "user"
