@@ -125,6 +125,17 @@ async def test_a_weak_signal_graduates_once_seen_in_two_conversations(first: str
     assert all(keyword not in h.statement.lower() for h in working.hypotheses)  # promoted, so dropped
 
 
+async def test_a_weak_signal_said_with_the_same_word_root_in_other_words_graduates() -> None:
+    # the two sentences are not close enough in meaning alone (cosine ~0.37); "nights" and
+    # "night shift" share a word root, which tips it
+    memories, working = await remember(
+        ["I work nights at the hospital"], ["coming off a night shift, what's a good breakfast to sleep after?"]
+    )
+    [m] = memories
+    assert "night" in m.text.lower() and m.evidence == ["m1", "m2"]
+    assert working.hypotheses == []
+
+
 async def test_repetition_inside_one_conversation_stays_a_hypothesis() -> None:
     memories, working = await remember(
         ["I'm a teacher.", "Grading papers all weekend.", "As I said, I'm a teacher, summer is my break."],
@@ -207,6 +218,16 @@ async def test_a_later_contradicting_preference_updates_the_memory(
     [m] = memories
     assert present in m.text.lower() and absent not in f" {m.text.lower()} "
     assert m.evidence == ["m1", "m2"]
+
+
+async def test_a_change_of_a_held_fact_is_remembered_without_the_old_value_and_the_hypothesis_dropped() -> None:
+    memories, working = await remember(
+        ["I work at Siemens as an electrical engineer."], ["quit Siemens last month, now freelancing as a UX designer"]
+    )
+    [m] = memories
+    assert "ux designer" in m.text.lower() and "siemens" not in m.text.lower()
+    assert m.evidence == ["m2"]
+    assert all("siemens" not in h.statement.lower() for h in working.hypotheses)  # superseded, not kept
 
 
 async def test_a_correction_in_the_same_message_completes_the_sentence_before() -> None:

@@ -60,11 +60,12 @@ STANDING_AT_OTHER_LANGUAGE = 0.5  # the same for a sentence not in English (the 
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.6  # ... when the new message is not in English (close by accident more often)
+SHARED_WORD_BONUS = 0.1  # added to that cosine when the two share a word root ("rental" ... "I rent")
 SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a repeated request)
 REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the llm policy then calls its model)
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
-CHANGE_TOPIC = 0.35  # ... when the sentence says something changed (data/words.toml `change`)
+CHANGE_TOPIC = 0.28  # ... when the sentence says something changed (data/words.toml `change`)
 
 # ---- words -------------------------------------------------------------------------------
 
@@ -882,11 +883,34 @@ class RulesPolicy:
             if not result.startswith("Refused"):
                 last[msg.conversation_id] = ("memory", memory.memory_id)
                 return [result]
+        superseded = self._superseded_hypothesis(tools, msg, vector, changing)
+        if superseded is not None:
+            body = phrasing.without_old(body, superseded.statement)
         text = phrasing.memory_text(body, self._clause_score)
         outcome = self._remember(tools, text, evidence, changing=changing or _is_standing_change(body), said=msg.text)
         if outcome.memory_id:
             last[msg.conversation_id] = ("memory", outcome.memory_id)
-        return [outcome.result]
+        results = [outcome.result]
+        if superseded is not None and outcome.stored:
+            why = f"superseded by what the user said in {msg.message_id}"
+            results.append(tools.drop_hypothesis(superseded.id, why))
+        return results
+
+    def _superseded_hypothesis(
+        self, tools: MemoryTools, msg: Message, vector: np.ndarray, changing: int
+    ) -> Hypothesis | None:
+        """A held hypothesis from an earlier conversation that a standing sentence changes ("I work
+        at Google" held, then "left Google, now PM at a climate startup"): the closest one, when the
+        message says something changed and it is close (CHANGE_TOPIC)."""
+        if not (changing or says_changed(msg.text)):
+            return None
+        scored = [
+            (float(self._vector(h.statement) @ vector), h)
+            for h in tools.working.hypotheses
+            if msg.conversation_id not in h.conversations
+        ]
+        best = max(scored, key=lambda p: p[0], default=None)
+        return best[1] if best is not None and best[0] >= CHANGE_TOPIC else None
 
     def _weak(self, tools: MemoryTools, msg: Message, body: str, kind: SentenceType, last: dict[str, Ref]) -> list[str]:
         """A weak self-disclosure: it graduates when a held hypothesis from another conversation
@@ -909,6 +933,8 @@ class RulesPolicy:
             behind = [tools.shown[m].text for m in h.message_ids if m in tools.shown]
             theirs = self._sentence_vectors([h.statement, *behind])
             score = float((mine @ theirs.T).max()) if len(mine) and len(theirs) else 0.0
+            if _shared_roots(text, [h.statement, *behind]):
+                score += SHARED_WORD_BONUS
             if score >= SAME_WORDS:
                 continue  # the same request again word for word is a repeated task, not a disclosure
             if score >= match_at and (best is None or score > best[0]):
@@ -1267,6 +1293,16 @@ def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
     oldest = min(once, key=lambda h: h.last_seen)
     dropped = tools.drop_hypothesis(oldest.id, "making room: the oldest hypothesis seen only once")
     return f"{result}\n-> {dropped}\n-> {tools.note_hypothesis(statement, evidence)}"
+
+
+def _roots(text: str) -> set[str]:
+    return {w[:4] for w in content_words(text) if len(w) >= 4}
+
+
+def _shared_roots(text: str, others: list[str]) -> bool:
+    """Whether `text` shares a content-word root (its first four letters) with one of `others`."""
+    mine = _roots(text)
+    return any(mine & _roots(o) for o in others)
 
 
 def _relatedness(a: str, b: str) -> float:
