@@ -270,3 +270,40 @@ async def test_stdio_client_fails_to_connect_with_a_bad_token(pg_dsn: str, db: a
     with pytest.raises(Exception):  # noqa: B017 - the server exits before it speaks: whatever the SDK raises
         async with Client(server):
             pass
+
+
+# ---- the process ----------------------------------------------------------------------
+
+
+async def test_memwright_mcp_http_serves_the_tools_health_readiness_and_metrics_and_stops_on_sigterm(
+    pg_dsn: str, db: asyncpg.Pool
+) -> None:
+    http_port, ops_port = _free_port(), _free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMWRIGHT_")} | stdio_env(pg_dsn, None)
+    env |= {"MEMWRIGHT_HTTP_PORT": str(http_port), "MEMWRIGHT_OPS_PORT": str(ops_port)}
+    process = await asyncio.create_subprocess_exec(str(MEMWRIGHT), "mcp", "--http", env=env)
+    ops = f"http://127.0.0.1:{ops_port}"
+    try:
+        async with httpx2.AsyncClient(timeout=5) as http:
+            for _ in range(300):  # the process imports and starts: wait for readiness, not for a time
+                try:
+                    ready = await http.get(f"{ops}/readyz")
+                    break
+                except httpx2.TransportError:
+                    assert process.returncode is None, "memwright mcp --http exited"
+                    await asyncio.sleep(0.1)
+            else:
+                pytest.fail("memwright mcp --http did not answer /readyz")
+            assert ready.json() == {"ready": True, "checks": {"postgres": True}}
+            assert (await http.get(f"{ops}/healthz")).json() == {"status": "ok"}
+            async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {token('alice')}"}, timeout=30) as authed:
+                url = f"http://127.0.0.1:{http_port}{MCP_PATH}"
+                async with Client(streamable_http_client(url, http_client=authed)) as client:
+                    block = structured(await client.call_tool("get_context", {}))["result"]
+            assert block.startswith('<user_memories user="alice" count="0">')
+            page = (await http.get(f"{ops}/metrics")).text
+            assert 'memwright_mcp_calls_total{operation="get_context",outcome="ok"} 1.0' in page
+            assert 'memwright_mcp_http_requests_total{code="200"}' in page
+    finally:
+        process.terminate()
+        assert await asyncio.wait_for(process.wait(), 60) == 0  # SIGTERM: a clean stop
