@@ -28,7 +28,8 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
 from memwright.auth import mint
-from memwright.services.api.mcp_server import MCP_PATH, http_app
+from memwright.services.api.limits import RequestLimits
+from memwright.services.api.mcp_server import MCP_PATH, BearerGate, http_app
 from memwright.settings import McpSettings
 
 from tests.conftest import JWT_SECRET
@@ -242,6 +243,22 @@ async def test_http_refuses_a_call_without_a_users_valid_token_and_says_why(
             async with Client(streamable_http_client(mcp_url, http_client=http)):
                 pass
         assert any(isinstance(leaf, MCPError) for leaf in leaves(failed.value)), failed.value
+
+
+async def test_http_spends_the_users_rate_limit_bucket_and_answers_429_with_retry_after() -> None:
+    async def served(scope: Any, receive: Any, send: Any) -> None:  # what the gate lets through reaches this
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b"through"})
+
+    settings = McpSettings(jwt_secret=JWT_SECRET, pg_dsn="unused", rate_limit_per_s=0.001, rate_limit_burst=2)
+    gate = BearerGate(served, settings, RequestLimits(settings))
+    async with httpx2.AsyncClient(transport=httpx2.ASGITransport(app=gate), base_url="http://127.0.0.1") as http:
+        alice, bob = ({"Authorization": f"Bearer {token(user)}"} for user in ("alice", "bob"))
+        assert [(await http.post(MCP_PATH, headers=alice)).status_code for _ in range(2)] == [200, 200]
+        refused = await http.post(MCP_PATH, headers=alice)
+        assert refused.status_code == 429 and int(refused.headers["Retry-After"]) >= 1
+        assert refused.json()["error"].startswith("rate limit of 0.001 requests/s for this user")
+        assert (await http.post(MCP_PATH, headers=bob)).status_code == 200  # a bucket per user
 
 
 @pytest.mark.parametrize(
