@@ -252,8 +252,11 @@ class BearerGate:
         self.limits = limits
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":  # lifespan: the SDK's session manager starts and stops here
+        if scope["type"] == "lifespan":  # the SDK's session manager starts and stops here
             await self.app(scope, receive, send)
+            return
+        if scope["type"] != "http":  # fail closed: a websocket (or anything else) is never served
+            await send({"type": "websocket.close", "code": 1008})
             return
         code = "500"
 
