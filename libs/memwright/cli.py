@@ -56,6 +56,13 @@ def _demo(args: argparse.Namespace) -> int:
     return asyncio.run(run_demo(window_seconds=args.window))
 
 
+def _mcp(args: argparse.Namespace) -> int:
+    from memwright.services.api import mcp_server
+
+    mcp_server.main(http=args.http)
+    return 0
+
+
 def _service(name: str) -> int:
     importlib.import_module(f"memwright.services.{name}.app").main()
     return 0
@@ -66,6 +73,8 @@ def parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True)
     for name in SERVICES:
         sub.add_parser(name, help=f"run the {name} service (configured from MEMWRIGHT_* variables)")
+    mcp = sub.add_parser("mcp", help="run the MCP server: stdio for the user of MEMWRIGHT_TOKEN (docs/mcp.md)")
+    mcp.add_argument("--http", action="store_true", help="serve stateless Streamable HTTP at /mcp (any user's token)")
     sub.add_parser("migrate", help="apply PostgreSQL migrations (MEMWRIGHT_PG_DSN)")
     sub.add_parser("topics", help="create the Kafka topics (MEMWRIGHT_KAFKA_BOOTSTRAP)")
     demo = sub.add_parser("demo", help="run the whole pipeline on the local stack with a demo stream")
@@ -100,6 +109,8 @@ def main(argv: list[str] | None = None) -> None:
             code = _service(args.command)
         elif args.command == "eval":
             code = _eval(rest)
+        elif args.command == "mcp":
+            code = _mcp(args)
         elif args.command == "index":
             from memwright.index.admin import main as index_main
 

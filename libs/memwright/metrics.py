@@ -130,6 +130,35 @@ API_CONTEXT_READS = Counter(
     ["result"],
 )
 
+# mcp (memwright mcp): tool calls and resource reads, and the HTTP transport's answers
+MCP_OPERATIONS = (
+    "get_context",
+    "get_memory",
+    "remember",
+    "forget",
+    "list_hypotheses",
+    "message_status",
+    "read_previews",
+    "read_memory",
+)
+MCP_CALLS = Counter(
+    "memwright_mcp_calls_total",
+    "MCP tool calls and resource reads by operation and outcome: ok, refused (the caller was told why: no "
+    "token, scope, not found, bad input, a guard), error (a bug or an outage)",
+    ["operation", "outcome"],
+)
+MCP_CALL_LATENCY = Histogram(
+    "memwright_mcp_call_duration_seconds",
+    "MCP tool call and resource read latency",
+    ["operation"],
+    buckets=FAST_BUCKETS,
+)
+MCP_HTTP_REQUESTS = Counter(
+    "memwright_mcp_http_requests_total",
+    "HTTP requests to the MCP server's Streamable HTTP endpoint by status code",
+    ["code"],
+)
+
 # Every series whose label values are known in advance exists from the start, at 0. A counter
 # series born at its first event starts at 1, and rate() or increase() over it shows nothing:
 # the alert on failed runs would miss the first failures. (tests/unit/test_metrics_labels.py
@@ -159,8 +188,13 @@ KNOWN_LABELS: dict[Counter | Histogram, tuple[str, ...]] = {
     CURATOR_GUARD_REFUSALS: ("secret", "instruction", "authority", "deleted"),
     INDEXER_EVENTS: ("upsert", "delete", "unchanged", "absent", "newer", "invalid"),
     API_CONTEXT_READS: ("not_modified", "hit", "miss"),
+    MCP_HTTP_REQUESTS: ("200", "202", "400", "401", "403", "404", "405", "406", "413", "429", "500"),
+    MCP_CALL_LATENCY: MCP_OPERATIONS,
     KAFKA_PRODUCER_REPLACEMENTS: ("ingest", "relay", "signals"),
 }
 for _metric, _values in KNOWN_LABELS.items():
     for _value in _values:
         _metric.labels(_value)
+for _operation in MCP_OPERATIONS:
+    for _outcome in ("ok", "refused", "error"):
+        MCP_CALLS.labels(_operation, _outcome)

@@ -282,3 +282,14 @@ class ApiSettings(PostgresSettings, AuthSettings):
             )
         if self.context_cache_users < 0:
             raise SettingsError(f"{PREFIX}CONTEXT_CACHE_USERS must be 0 (no cache) or more")
+
+
+@dataclass(frozen=True)
+class McpSettings(ApiSettings):
+    """The MCP server (`memwright mcp`): the api's reads and the user's writes as MCP tools and
+    resources, for the user the bearer token names. Over HTTP each request carries its token; over
+    stdio the token is MEMWRIGHT_TOKEN, verified at start and again before every call."""
+
+    ops_port: int = 9186
+    http_port: int = 8083
+    token: str = field(default="", repr=False)  # stdio only: the user's JWT (mint: memwright token <user> ...)

@@ -37,7 +37,6 @@ POOL = web.AppKey("pool", asyncpg.Pool)
 ACCESS = web.AppKey("access", dict)  # handler -> Access, the route table's policy
 PRINCIPAL = web.RequestKey("principal", Principal)
 USER_ID = re.compile(openapi.USER_ID_PATTERN.removesuffix("$") + r"\Z")
-KIND = re.compile(openapi.KIND_PATTERN.removesuffix("$") + r"\Z")
 IF_MATCH = re.compile(openapi.IF_MATCH_PATTERN.removesuffix("$") + r"\Z")
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -73,29 +72,6 @@ def _error(status: int, reason: str, headers: dict[str, str] | None = None) -> w
 
 
 # ---- input -----------------------------------------------------------------------------
-
-
-def _check_string(value: object, name: str, max_chars: int, allow_empty: bool = False) -> str:
-    if not isinstance(value, str):
-        raise BadRequest(f"{name} must be a string")
-    text = value.strip()
-    if not text and not allow_empty:
-        raise BadRequest(f"{name} must not be empty")
-    if len(text) > max_chars:
-        raise BadRequest(f"{name} is {len(text)} characters; at most {max_chars}")
-    if "\x00" in text:
-        raise BadRequest(f"{name} must not contain NUL characters")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        raise BadRequest(f"{name} is not valid Unicode (lone surrogate)") from None
-    return text
-
-
-def _kind(value: object) -> str:
-    if not isinstance(value, str) or not KIND.match(value):
-        raise BadRequest("kind must be 1-32 lowercase letters, digits, _ or -, starting with a letter")
-    return value
 
 
 def _memory_id(request: web.Request) -> uuid.UUID:
@@ -293,10 +269,9 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
         if not re.fullmatch(openapi.MESSAGE_ID_PATTERN.removesuffix("$"), message_id):
             raise BadRequest("message_id must be 1-128 letters, digits, _ . : @ -, starting with a letter or digit")
         async with pool.acquire() as conn:
-            found = await status.message_status(conn, user_id, message_id)
-            erased_at = await status.last_erasure(conn, user_id) if found is None else None
-        if found is None:
-            return _error(404, status.not_swept(message_id, erased_at))
+            found = await status.status_or_reason(conn, user_id, message_id)
+        if isinstance(found, str):
+            return _error(404, found)
         return web.json_response(found)
 
     async def export_user(request: web.Request) -> web.Response:
@@ -314,9 +289,9 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
         body = await _body(request, ("text", "kind", "reason"), settings.body_read_timeout_s)
         if "text" not in body:
             raise BadRequest("text is required")
-        text = _check_string(body["text"], "text", settings.max_memory_chars)
-        kind = _kind(body.get("kind", "preference"))
-        reason = _check_string(body.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
+        text = user_writes.check_string(body["text"], "text", settings.max_memory_chars)
+        kind = user_writes.check_kind(body.get("kind", "preference"))
+        reason = user_writes.check_string(body.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
         async with pool.acquire() as conn:
             created = await user_writes.create(
                 conn,
@@ -338,9 +313,9 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
         body = await _body(request, ("text", "kind", "reason"), settings.body_read_timeout_s)
         if "text" not in body and "kind" not in body:
             raise BadRequest("send text, kind or both")
-        text = _check_string(body["text"], "text", settings.max_memory_chars) if "text" in body else None
-        kind = _kind(body["kind"]) if "kind" in body else None
-        reason = _check_string(body.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
+        text = user_writes.check_string(body["text"], "text", settings.max_memory_chars) if "text" in body else None
+        kind = user_writes.check_kind(body["kind"]) if "kind" in body else None
+        reason = user_writes.check_string(body.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
         async with pool.acquire() as conn:
             updated = await user_writes.update(
                 conn,
@@ -357,7 +332,9 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
     async def delete_memory(request: web.Request) -> web.Response:
         user_id, memory_id = request.match_info["user_id"], _memory_id(request)
         expected = _if_match(request)
-        reason = _check_string(request.query.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True)
+        reason = user_writes.check_string(
+            request.query.get("reason", ""), "reason", openapi.REASON_MAX, allow_empty=True
+        )
         async with pool.acquire() as conn:
             deleted = await user_writes.delete(
                 conn, user_id, memory_id, expected, request[PRINCIPAL].subject, reason or "deleted by the user"

@@ -9,10 +9,9 @@ from typing import Any
 from memwright.settings import ApiSettings
 from memwright.store.memories import PREVIEW_CHARS
 from memwright.store.status import MEMORY_STATES, OUTCOMES
+from memwright.store.user_writes import KIND_PATTERN, REASON_MAX
 
 USER_ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.:@-]{0,127}$"
-KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
-REASON_MAX = 500
 NO_NUL = r"^[^\u0000]*$"  # PostgreSQL text cannot hold NUL
 SOME_TEXT = r"^[^\u0000]*[^\s\u0000][^\u0000]*$"  # and something other than white space
 IF_MATCH_PATTERN = r'^(\*|(W/)?"?[1-9][0-9]{0,8}"?)$'

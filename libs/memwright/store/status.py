@@ -276,6 +276,12 @@ async def last_erasure(conn: asyncpg.Connection | asyncpg.Pool, user_id: str) ->
     return at.isoformat() if at else None
 
 
+async def status_or_reason(conn: asyncpg.Connection, user_id: str, message_id: str) -> dict[str, Any] | str:
+    """The message's status, or (a str) why there is none: the api's 404, the MCP tool's error."""
+    found = await message_status(conn, user_id, message_id)
+    return found if found is not None else not_swept(message_id, await last_erasure(conn, user_id))
+
+
 def not_swept(message_id: str, erased_at: str | None) -> str:
     """The 404's reason: a message that is not in the evidence store cannot be told apart from one
     still in Kafka ("accepted": ingest answered 202, the sweeper has not written it yet)."""

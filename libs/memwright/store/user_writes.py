@@ -11,6 +11,7 @@ passes the same guard as the agent's (invariant 11, agent/guard.py): refused wit
 
 from __future__ import annotations
 
+import re
 import uuid
 from typing import Any
 
@@ -28,6 +29,10 @@ class WriteRefused(Exception):
         self.status = status
         self.reason = reason
 
+
+KIND_PATTERN = r"^[a-z][a-z0-9_-]{0,31}$"
+REASON_MAX = 500  # characters of the reason a user gives for a change
+_KIND = re.compile(KIND_PATTERN.removesuffix("$") + r"\Z")
 
 ACT_FOR_USER = "SET LOCAL memwright.actor = 'user'"  # invariant 7: only such a transaction changes user memories
 
@@ -61,6 +66,33 @@ VALUES ($1, $2, $3, 'user', NULL, $4, $5, '{}', $6, $7)  -- invariant 6: every c
 """
 
 OUTBOX = "INSERT INTO index_outbox (memory_id, user_id) VALUES ($1, $2)"  # invariant 9: the index follows
+
+
+# ---- input: the same checks for every way a user writes (the api's routes, the MCP tools) ----------
+
+
+def check_string(value: object, name: str, max_chars: int, allow_empty: bool = False) -> str:
+    """`value` stripped, or WriteRefused (400) saying what is wrong with it."""
+    if not isinstance(value, str):
+        raise WriteRefused(400, f"{name} must be a string")
+    text = value.strip()
+    if not text and not allow_empty:
+        raise WriteRefused(400, f"{name} must not be empty")
+    if len(text) > max_chars:
+        raise WriteRefused(400, f"{name} is {len(text)} characters; at most {max_chars}")
+    if "\x00" in text:
+        raise WriteRefused(400, f"{name} must not contain NUL characters")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise WriteRefused(400, f"{name} is not valid Unicode (lone surrogate)") from None
+    return text
+
+
+def check_kind(value: object) -> str:
+    if not isinstance(value, str) or not _KIND.match(value):
+        raise WriteRefused(400, "kind must be 1-32 lowercase letters, digits, _ or -, starting with a letter")
+    return value
 
 
 def _snapshot(row: asyncpg.Record) -> dict[str, Any]:
