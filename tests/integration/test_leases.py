@@ -184,3 +184,36 @@ async def test_a_lost_liveness_connection_reports_its_runs_renews_none_of_them_a
             assert again is not None and again.user_id == "alice" and again.takeover is None
             await leases.release(other, again)
         assert lost == [old_pid]
+
+
+async def test_a_claim_whose_answer_was_lost_frees_its_lease_and_lock_before_the_next_use(
+    db: asyncpg.Pool, pg_dsn: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await sweep(db, "alice", "Always answer in metric units", ago=20)
+    await sweep(db, "bob", "Never use emoji", ago=10)
+    real_claim_next = leases.claim_next
+
+    async def answer_lost(*args: object, **kwargs: object) -> leases.Lease | None:
+        await real_claim_next(*args, **kwargs)  # type: ignore[arg-type]  # the lease and lock are taken...
+        raise TimeoutError  # ...and the caller never learns of it
+
+    async with leases.Liveness(pg_dsn, "test-liveness") as live:
+        kept = await live.claim("c1", 30)  # a run this process knows of: left alone
+        assert kept is not None and kept.user_id == "alice"
+        monkeypatch.setattr(leases, "claim_next", answer_lost)
+        with pytest.raises(TimeoutError):
+            await live.claim("c1", 30)
+        monkeypatch.setattr(leases, "claim_next", real_claim_next)
+        lost = await db.fetchrow("SELECT lease_owner, lease_epoch FROM agents WHERE user_id = 'bob'")
+        assert lost["lease_owner"] == "c1"  # bob's lease and lock are held by a run nobody runs
+
+        assert await live.renew("c1", [kept], 30, timeout=5) == {("alice", kept.epoch)}  # the next use frees it
+        assert await db.fetchval("SELECT lease_owner FROM agents WHERE user_id = 'bob'") is None
+        bob = leases.Lease("bob", "c1", lost["lease_epoch"], 0, 0)
+        assert await _lock_holders(db, bob) == []
+        assert await _lock_holders(db, kept) == [live.pid]
+        async with db.acquire() as other:  # bob is claimable at once, not after two lease lengths
+            again = await leases.claim_next(other, "c2", 30)
+            assert again is not None and again.user_id == "bob" and again.takeover is None
+            await leases.release(other, again)
+        await live.release(kept)

@@ -386,3 +386,20 @@ async def test_ordinary_preferences_beside_the_guard_are_still_remembered() -> N
     assert len(memories) == 4 and working.hypotheses == [], texts
     for keyword in ("metric units", "emojis", "nurse", "admin assistant"):
         assert keyword in texts
+
+
+@pytest.mark.parametrize(
+    ("said", "memory_text"),
+    [
+        (
+            "I rent, so shelves have to come down without marks",
+            "User rents, so shelves have to come down without marks.",
+        ),
+        ("I cycle; rain or shine", "User cycles; rain or shine."),
+        ("I go by Bobby now", "User goes by Bobby now."),
+    ],
+)
+def test_the_verb_after_i_takes_the_third_person_even_before_a_comma(said: str, memory_text: str) -> None:
+    from memwright.agent.rules import as_memory
+
+    assert as_memory(said) == memory_text

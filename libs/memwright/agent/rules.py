@@ -158,6 +158,9 @@ _UNCHANGED = frozenset(  # modals and past tenses keep their form after "User"
 
 
 def third_person(verb: str) -> str:
+    core = verb.rstrip(",;:")
+    if core != verb:  # "I rent, so ..." -> "User rents, so ..."
+        return third_person(core) + verb[len(core) :]
     low = verb.lower()
     if low in _IRREGULAR:
         return _IRREGULAR[low]

@@ -35,10 +35,12 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 import asyncpg
+import structlog
 
 from memwright.store.db import connect
 
 T = TypeVar("T")
+log = structlog.get_logger()
 
 # The run's advisory lock, held by a connection with pid `pid` (or by anyone when pid is NULL).
 # Advisory locks with a bigint key show in pg_locks as classid (high 32 bits), objid (low 32 bits).
@@ -107,6 +109,29 @@ RETURNING a.user_id, a.lease_epoch
 """
 
 UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, $2))"
+
+# After a claim whose answer never came back (a timeout or a cancellation after the statement ran):
+# the leases this process holds locks for but does not know of are freed, then the locks. Without
+# it the unknown run's user would wait two lease lengths for a takeover, its lock held for good.
+FREE_UNKNOWN_LEASES = """
+WITH held AS MATERIALIZED (
+    SELECT (l.classid::bigint << 32) | l.objid::bigint AS key FROM pg_locks l
+    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = pg_backend_pid()
+      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+)
+UPDATE agents a SET lease_owner = NULL, lease_expires_at = NULL
+WHERE a.lease_owner = $1
+  AND hashtextextended(a.user_id, a.lease_epoch) IN (SELECT key FROM held)
+  AND (a.user_id, a.lease_epoch) NOT IN (SELECT * FROM unnest($2::text[], $3::bigint[]))
+RETURNING a.user_id, a.lease_epoch
+"""
+UNLOCK_UNKNOWN = """
+SELECT count(*) FILTER (WHERE pg_advisory_unlock((l.classid::bigint << 32) | l.objid::bigint)) FROM pg_locks l
+WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = pg_backend_pid()
+  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+  AND ((l.classid::bigint << 32) | l.objid::bigint)
+      NOT IN (SELECT hashtextextended(u, e) FROM unnest($1::text[], $2::bigint[]) AS k(u, e))
+"""
 
 # A run's end on the liveness connection, in one round trip: its lease (if still ours) and its lock
 # (when $5: the lock is on this connection, not on one that was lost). The row stays locked by the
@@ -248,6 +273,8 @@ class Liveness:
         self._lock = asyncio.Lock()
         self._reported: asyncpg.Connection | None = None  # the connection whose loss was reported
         self._closing = False
+        self._held: set[tuple[str, int]] = set()  # (user, epoch) of the runs whose locks this connection holds
+        self._unsure_owner: str | None = None  # set when a claim's answer was lost: see FREE_UNKNOWN_LEASES
 
     async def __aenter__(self) -> Liveness:
         async with self._lock:
@@ -281,7 +308,18 @@ class Liveness:
         self, owner: str, lease_seconds: float, grace_seconds: float | None = None, default_budget: int = 40
     ) -> Lease | None:
         """claim_next on the liveness connection: the run's lock is held by this process."""
-        return await self._use(lambda c: claim_next(c, owner, lease_seconds, grace_seconds, default_budget))
+
+        async def claim_one(conn: asyncpg.Connection) -> Lease | None:
+            try:
+                lease = await claim_next(conn, owner, lease_seconds, grace_seconds, default_budget)
+            except (TimeoutError, asyncio.CancelledError):
+                self._unsure_owner = owner  # the statement may have run: freed before the next use
+                raise
+            if lease is not None:
+                self._held.add((lease.user_id, lease.epoch))
+            return lease
+
+        return await self._use(claim_one)
 
     async def renew(self, owner: str, held: list[Lease], lease_seconds: float, timeout: float) -> set[tuple[str, int]]:
         """Extend every lease in `held` in one statement; return the (user, epoch) still ours.
@@ -305,6 +343,7 @@ class Liveness:
         async def release_one(conn: asyncpg.Connection) -> None:
             held = lease.pid == conn.get_server_pid()  # else the lock died with the connection it was on
             await conn.fetchrow(RELEASE_HELD, lease.user_id, lease.owner, lease.epoch, retry_after, held)
+            self._held.discard((lease.user_id, lease.epoch))
 
         await self._use(release_one)
 
@@ -312,6 +351,8 @@ class Liveness:
         async with self._lock:
             conn = await self._connection()
             try:
+                if self._unsure_owner is not None:
+                    await asyncio.wait_for(self._free_unknown(conn, self._unsure_owner), self.timeout)
                 return await asyncio.wait_for(work(conn), self.timeout)
             except Exception as exc:
                 if conn.is_closed():
@@ -319,11 +360,24 @@ class Liveness:
                     raise LivenessLost(f"the curator's liveness connection was lost: {exc!r}") from exc
                 raise
 
+    async def _free_unknown(self, conn: asyncpg.Connection, owner: str) -> None:
+        """Free the leases and locks of runs this process claimed without learning of it."""
+        users = [u for u, _ in sorted(self._held)]
+        epochs = [e for _, e in sorted(self._held)]
+        async with conn.transaction():
+            freed = await conn.fetch(FREE_UNKNOWN_LEASES, owner, users, epochs)
+            unlocked = await conn.fetchval(UNLOCK_UNKNOWN, users, epochs)
+        self._unsure_owner = None
+        if freed or unlocked:
+            log.warning("liveness_unknown_claims_freed", leases=len(freed), locks=unlocked)
+
     async def _connection(self) -> asyncpg.Connection:
         if self._conn is not None and not self._conn.is_closed():
             return self._conn
         if self._conn is not None:
             self._lost(self._conn)
+        self._held.clear()  # a new connection holds no lock
+        self._unsure_owner = None
         if self._closing:
             raise LivenessLost("the liveness connection is closed")
         conn = await asyncio.wait_for(
