@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from memwright.agent import guard
 from memwright.agent.classify import Detector, SentenceType, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
@@ -709,6 +710,12 @@ class RulesPolicy:
         tools.embedder = self._embedder()
         for msg, said in zip(user, split, strict=True):
             kinds = [next(types) for _ in said]
+            verdict = guard.check(msg.text)
+            if verdict is not None and verdict.kind != "secret":
+                # a message that tries to steer the memory or claims authority is no source of
+                # preferences, even in its other sentences (a secret only costs its own sentence)
+                results.append(f"Nothing remembered from {msg.message_id}: {verdict.reason}")
+                continue
             roles = self._roles(said, kinds)
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for i, sentence in enumerate(said):
