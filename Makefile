@@ -25,9 +25,10 @@ $(STAMP): pyproject.toml requirements.lock requirements-nodeps.txt
 
 install: $(STAMP) ## create .venv with the pinned dependencies (requirements.lock)
 
-tools: ## install the pinned helm (built with go into .local/tools) and promtool (Debian prometheus), once
+tools: ## install the pinned helm (built with go into .local/tools), promtool (Debian prometheus), chromium + chromedriver (Debian) and axe-core (npm), once
 	@deploy/tools/install-helm.sh >/dev/null
 	@deploy/tools/install-prometheus.sh >/dev/null
+	@deploy/tools/install-chromium.sh >/dev/null
 
 stack-start: ## start local Kafka (KRaft) and PostgreSQL under .local/
 	$(STACK) start

@@ -54,7 +54,7 @@ CSP = (
 SECURITY_HEADERS = {
     "Content-Security-Policy": CSP,
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # no-referrer would make browsers send "Origin: null" with forms
     "X-Frame-Options": "DENY",
     "Cache-Control": "no-store",
 }
