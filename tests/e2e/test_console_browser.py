@@ -345,10 +345,11 @@ async def test_export_downloads_everything_held_about_the_user(
     browser.get(f"{pipeline.api}/console/users/{people.ada}")
     browser.find_element(By.LINK_TEXT, "Download everything (JSON)").click()
     target = browser.downloads / f"memwright-export-{people.ada}.json"  # type: ignore[attr-defined]
-    deadline = time.monotonic() + 20
-    while not target.exists() and time.monotonic() < deadline:
-        time.sleep(0.2)
-    assert target.exists(), f"no download in {target.parent}: {list(target.parent.iterdir())}"
+
+    async def downloaded() -> bool:
+        return target.exists()
+
+    await eventually(downloaded, timeout=20, what=f"the export to arrive in {target.parent}")
     document = json.loads(target.read_text())
     texts = json.dumps(document)
     assert "My name is Ada Lovelace" in texts and "Always answer in metric units" in texts
