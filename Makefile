@@ -36,10 +36,10 @@ stack-start: ## start local Kafka (KRaft) and PostgreSQL under .local/
 stack-stop: ## stop the local stack
 	$(STACK) stop
 
-demo: install ## run the whole pipeline on the local stack with the demo stream, then stop everything
+demo: install ## run the pipeline on the local stack with the demo stream, print the console's address, stop (KEEP=1: run until Ctrl-C)
 	@$(STACK) start
-	@set -a; eval "$$($(STACK) env)"; set +a; \
-	  $(VENV)/bin/memwright demo; rc=$$?; \
+	@trap : INT; set -a; eval "$$($(STACK) env)"; set +a; \
+	  MEMWRIGHT_DEMO_KEEP=$(KEEP) $(VENV)/bin/memwright demo; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
 test: install tools ## run unit, integration and end-to-end tests on the local stack (started once, then stopped)
