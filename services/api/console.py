@@ -745,6 +745,7 @@ def build(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits) -> w
     read, write = Needs(scope="memories:read"), Needs(scope="memories:write")
     operator = Needs(operator=True)
     routes: list[tuple[str, str, Handler, Needs]] = [
+        ("GET", "", start, public),  # /console
         ("GET", "/", start, public),
         ("GET", "/sign-in", start, public),
         ("POST", "/sign-in", sign_in, public),

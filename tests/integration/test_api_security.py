@@ -208,7 +208,13 @@ async def test_every_ingest_route_refuses_missing_bad_and_foreign_tokens(tmp_pat
 
 # ---- the console (/console): the same walk, with the session cookie instead of the bearer header ----
 
-CONSOLE_PUBLIC = {"/console/", "/console/sign-in", "/console/static/console.css", "/console/static/console.js"}
+CONSOLE_PUBLIC = {
+    "/console",
+    "/console/",
+    "/console/sign-in",
+    "/console/static/console.css",
+    "/console/static/console.js",
+}
 
 
 async def _page_status(

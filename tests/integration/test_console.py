@@ -6,10 +6,13 @@ The same flows in a real browser: tests/e2e/test_console_browser.py."""
 from __future__ import annotations
 
 import re
+from dataclasses import replace
 
 import asyncpg
+from aiohttp.test_utils import TestClient, TestServer
 from memwright.auth import mint
 from memwright.services.api import console
+from memwright.services.api.app import build_app
 from memwright.store import user_writes
 
 from tests.integration.helpers import sweep
@@ -88,3 +91,22 @@ async def test_the_operator_finds_a_user_and_sees_their_runs(api: Api, db: async
     user = mint(api.settings, "bob-ops", ["memories:read", "admin"])
     async with api.client.get("/console/ops", headers=_cookie(user)) as r:
         assert r.status == 403, "a user token, even with admin, is no operator"
+
+
+async def test_the_operator_page_links_the_grafana_dashboards_when_grafana_is_configured(
+    api: Api, db: asyncpg.Pool
+) -> None:
+    operator = _cookie(mint(api.settings, "service:ops", ["admin"]))
+    async with api.client.get("/console/ops", headers=operator) as r:
+        assert "MEMWRIGHT_GRAFANA_URL" in await r.text()
+    settings = replace(api.settings, grafana_url="https://grafana.example/")
+    async with TestClient(TestServer(build_app(settings, db))) as client:
+        async with client.get("/console/ops", headers=operator) as r:
+            page = await r.text()
+    for uid in ("memwright-overview", "memwright-intake", "memwright-sweeps", "memwright-curation", "memwright-index"):
+        assert f'href="https://grafana.example/d/{uid}"' in page
+
+
+async def test_the_console_address_without_a_slash_is_the_sign_in_page(api: Api) -> None:
+    async with api.client.get("/console") as r:
+        assert r.status == 200 and 'id="sign-in"' in await r.text()
