@@ -293,7 +293,8 @@ def build(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits) -> w
         except Exception:
             log.exception("console_request_failed", route=route, method=request.method)
             response = _error_page(request, 500, "internal error; the api log has the details")
-        response.headers.update(SECURITY_HEADERS)
+        for name, value in SECURITY_HEADERS.items():  # the stylesheet and script keep their own Cache-Control
+            response.headers.setdefault(name, value)
         metrics.API_REQUESTS.labels(route, str(response.status)).inc()
         metrics.API_LATENCY.labels(route).observe(time.monotonic() - started)
         return response
@@ -383,7 +384,7 @@ def build(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits) -> w
         return web.Response(text=CSS, content_type="text/css", headers={"Cache-Control": "max-age=3600"})
 
     async def script(request: web.Request) -> web.Response:
-        return web.Response(text=JS, content_type="text/javascript")
+        return web.Response(text=JS, content_type="text/javascript", headers={"Cache-Control": "max-age=3600"})
 
     # ---- a user's memories -------------------------------------------------------------
 
