@@ -171,8 +171,14 @@ def _form(request: web.Request, action: str, inner: str, button: str, cls: str =
 def _table(caption: str, headers: Iterable[str], rows: list[list[str]], empty: str) -> str:
     if not rows:
         return f'<p class="empty">{_e(empty)}</p>'
+    headers = list(headers)
     head = "".join(f'<th scope="col">{_e(h)}</th>' for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{cell}</td>" for cell in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(f'<td data-label="{_e(h)}">{cell}</td>' for h, cell in zip(headers, row, strict=True))
+        + "</tr>"
+        for row in rows
+    )
     return (
         f'<div class="scroll"><table><caption>{_e(caption)}</caption><thead><tr>{head}</tr></thead>'
         f"<tbody>{body}</tbody></table></div>"

@@ -51,7 +51,14 @@ a.danger { color: var(--danger); }
 table { border-collapse: collapse; width: 100%; font-size: .95rem; }
 caption { text-align: left; color: var(--muted); font-size: .9rem; }
 th, td { text-align: left; vertical-align: top; padding: .35rem .5rem; border-bottom: 1px solid var(--line);
-  overflow-wrap: anywhere; }
+  overflow-wrap: break-word; }
+@media (max-width: 40rem) {  /* a phone: each row a card, each cell labelled by its column */
+  table, caption, tbody, tr, td { display: block; }
+  thead { position: absolute; width: 1px; height: 1px; overflow: hidden; clip: rect(0 0 0 0); }
+  tr { border: 1px solid var(--line); border-radius: 6px; margin: .5rem 0; padding: .25rem 0; }
+  td { border: 0; padding: .15rem .6rem; }
+  td::before { content: attr(data-label); display: block; color: var(--muted); font-size: .8rem; }
+}
 q { quotes: "\\201C" "\\201D"; }
 dl.tiles { display: grid; grid-template-columns: repeat(auto-fit, minmax(10rem, 1fr)); gap: .5rem; margin: 0; }
 .tile { background: var(--soft); border-radius: 6px; padding: .5rem .8rem; }
