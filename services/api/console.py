@@ -790,9 +790,8 @@ def mount(app: web.Application, settings: ApiSettings, pool: asyncpg.Pool, limit
 def route_access(app: web.Application) -> dict[tuple[str, str], Needs]:
     """(method, path) -> Needs of every console route, for the route-table security test."""
     for resource in app.router.resources():
-        if isinstance(resource, web.PrefixedSubAppResource) and PAGES in resource._app:
-            table = resource._app[PAGES]
-            return {
-                (r.method, r.resource.canonical): table[r.handler] for r in resource._app.router.routes() if r.resource
-            }
+        sub = resource.get_info().get("app") if isinstance(resource, web.PrefixedSubAppResource) else None
+        if sub is not None and PAGES in sub:
+            table = sub[PAGES]
+            return {(r.method, r.resource.canonical): table[r.handler] for r in sub.router.routes() if r.resource}
     raise LookupError("the console is not mounted on this app")
