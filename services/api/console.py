@@ -185,6 +185,14 @@ def _table(caption: str, headers: Iterable[str], rows: list[list[str]], empty: s
     )
 
 
+def _times(n: object) -> str:
+    return {1: "once", 2: "twice"}.get(n, f"{_e(n)} times") if isinstance(n, int) else _e(n)
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}{'' if n == 1 else 's'}"
+
+
 def _author(author: str) -> str:
     return '<span class="badge you">you</span>' if author == "user" else '<span class="badge agent">inferred</span>'
 
@@ -416,10 +424,8 @@ def build(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits) -> w
             return f'<ul class="memories">{rows}</ul>'
 
         hypotheses = "".join(
-            f'<li><p class="text">{_e(h.get("statement", ""))}</p><p class="meta">seen {_e(h.get("count", 0))} '
-            f"time{'s' if h.get('count', 0) != 1 else ''}, in {len(h.get('conversations', []))} "
-            f"conversation{'s' if len(h.get('conversations', [])) != 1 else ''}; "
-            f"last {_when(h.get('last_seen'))}</p></li>"
+            f'<li><p class="text">{_e(h.get("statement", ""))}</p><p class="meta">seen {_times(h.get("count", 0))}, '
+            f"in {_count(len(h.get('conversations', [])), 'conversation')}; last {_when(h.get('last_seen'))}</p></li>"
             for h in watching
         )
         add = _form(

@@ -240,7 +240,7 @@ async def test_a_sign_in_link_opens_what_is_remembered_with_authors_hypotheses_a
     assert "Always answer in metric units" in page and "Never use emoji" in page
     assert "My name is Ada" in page and "vegetarian" in page  # own memory and a hypothesis
     assert "Inferred by the agent: 2 of 40" in page and "Written by you: 2 of 100" in page
-    assert "seen 1 time, in 1 conversation" in page
+    assert "seen once, in 1 conversation" in page
     badges = [b.text for b in browser.find_elements(By.CSS_SELECTOR, ".memory .badge")]
     assert sorted(badges) == ["inferred", "inferred", "you", "you"]
     # a memory holding markup is shown as text and runs nothing
