@@ -25,9 +25,10 @@ $(STAMP): pyproject.toml requirements.lock requirements-nodeps.txt
 
 install: $(STAMP) ## create .venv with the pinned dependencies (requirements.lock)
 
-tools: ## install the pinned helm (built with go into .local/tools) and promtool (Debian prometheus), once
+tools: ## install the pinned helm (built with go into .local/tools), promtool (Debian prometheus), chromium + chromedriver (Debian) and axe-core (npm), once
 	@deploy/tools/install-helm.sh >/dev/null
 	@deploy/tools/install-prometheus.sh >/dev/null
+	@deploy/tools/install-chromium.sh >/dev/null
 
 stack-start: ## start local Kafka (KRaft) and PostgreSQL under .local/
 	$(STACK) start
@@ -35,10 +36,10 @@ stack-start: ## start local Kafka (KRaft) and PostgreSQL under .local/
 stack-stop: ## stop the local stack
 	$(STACK) stop
 
-demo: install ## run the whole pipeline on the local stack with the demo stream, then stop everything
+demo: install ## run the pipeline on the local stack with the demo stream, print the console's address, stop (KEEP=1: run until Ctrl-C)
 	@$(STACK) start
-	@set -a; eval "$$($(STACK) env)"; set +a; \
-	  $(VENV)/bin/memwright demo; rc=$$?; \
+	@trap : INT; set -a; eval "$$($(STACK) env)"; set +a; \
+	  MEMWRIGHT_DEMO_KEEP=$(KEEP) $(VENV)/bin/memwright demo; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
 test: install tools ## run unit, integration and end-to-end tests on the local stack (started once, then stopped)

@@ -265,6 +265,8 @@ class ApiSettings(PostgresSettings, AuthSettings):
     service_rate_limit_per_s: float = 5000.0
     service_rate_limit_burst: int = 10_000
     context_cache_users: int = 2048  # rendered context blocks kept per api process (LRU, one per user); 0: none
+    memory_budget: int = 40  # the curator's MEMWRIGHT_MEMORY_BUDGET, for the console's "budget used"
+    grafana_url: str = ""  # the console's operator page links the dashboards under this Grafana
 
     def validate(self) -> None:
         super().validate()

@@ -26,7 +26,7 @@ from aiohttp import web
 from memwright import logs, metrics
 from memwright.auth import AuthError, Principal, is_user_id_reserved, verify
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
-from memwright.services.api import context, context_cache, openapi
+from memwright.services.api import console, context, context_cache, openapi
 from memwright.services.api.limits import RequestLimits
 from memwright.settings import ApiSettings
 from memwright.store import erasure, memories, user_writes
@@ -143,6 +143,8 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if len(request.match_info.apps) > 1:  # the console (a sub-app) has its own guard: console.py
+            return await handler(request)
         started = time.monotonic()
         resource = request.match_info.route.resource
         route = resource.canonical if resource else "unmatched"
@@ -378,13 +380,15 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
     undeclared = [r for r in app.router.routes() if r.handler not in access]
     if undeclared:
         raise RuntimeError(f"routes without an access policy: {undeclared}")
+    console.mount(app, settings, pool, limits)
     return app
 
 
 def route_access(app: web.Application) -> dict[tuple[str, str], Access]:
     """(method, path) -> Access of every route, for the route-table security test."""
     table = app[ACCESS]
-    return {(r.method, r.resource.canonical): table[r.handler] for r in app.router.routes() if r.resource}
+    own = [r for res in app.router.resources() if not isinstance(res, web.PrefixedSubAppResource) for r in res]
+    return {(r.method, r.resource.canonical): table[r.handler] for r in own if r.resource}
 
 
 async def serve(settings: ApiSettings, stop: asyncio.Event) -> None:

@@ -18,6 +18,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from memwright.auth import SCOPES, mint, new_rsa_keypair
+from memwright.services.api import console
 from memwright.services.api.app import build_app, route_access
 from memwright.services.ingest.app import build_app as build_ingest
 from memwright.settings import ApiSettings, AuthSettings, IngestSettings
@@ -203,3 +204,88 @@ async def test_every_ingest_route_refuses_missing_bad_and_foreign_tokens(tmp_pat
             assert await _status(client, method, path, mallory_admin, signal) == 403, "a user's admin token"
             right = mint(settings, ALICE, ["signals:write"])
             assert await _status(client, method, path, right, signal) == 503  # past auth; Kafka is absent here
+
+
+# ---- the console (/console): the same walk, with the session cookie instead of the bearer header ----
+
+CONSOLE_PUBLIC = {
+    "/console",
+    "/console/",
+    "/console/sign-in",
+    "/console/static/console.css",
+    "/console/static/console.js",
+}
+
+
+async def _page_status(
+    client: TestClient,
+    method: str,
+    path: str,
+    token: str | None,
+    form: dict[str, str] | None = None,
+    origin: str | None = None,
+) -> int:
+    headers = {"Cookie": f"{console.COOKIE}={token}"} if token is not None else {}
+    if origin is not None:
+        headers["Origin"] = origin
+    async with client.request(method, path, headers=headers, data=form, allow_redirects=False) as r:
+        assert r.headers.get("Content-Security-Policy") == console.CSP, f"{method} {path}: no CSP"
+        return r.status
+
+
+async def test_every_console_route_refuses_missing_bad_and_foreign_sessions_and_forged_changes(
+    api: tuple[TestClient, web.Application, ApiSettings], db: asyncpg.Pool, tmp_path: Path
+) -> None:
+    client, app, settings = api
+    table = console.route_access(app)
+    every = {(r.method, r.resource.canonical) for r in app.router.routes() if r.resource}
+    assert every == set(route_access(app)) | set(table), "a route is in neither route table"
+    assert len(table) >= 20, "the walk found fewer console routes than the console has"
+    assert {path for (_, path), n in table.items() if n.public} == CONSOLE_PUBLIC
+    async with db.acquire() as conn:
+        memory = await user_writes.create(conn, ALICE, "I am allergic to nuts", "fact", ALICE, "", 100)
+        await write_window(conn, ALICE, [sig(ALICE, f"{ALICE}-m1", "I prefer tea")])
+    memory_id = uuid.UUID(memory["id"])
+    bad = _bad_tokens(settings, tmp_path)
+    host = f"http://{client.host}:{client.port}"
+    erase_last = sorted(table.items(), key=lambda kv: kv[0][1].endswith("/erase") and kv[0][0] == "POST")
+    for (method, canonical), needs in erase_last:
+        if needs.public:
+            continue
+        path = _path(canonical, memory_id)
+        if path.endswith("/messages"):
+            path += f"?message_id={ALICE}-m1"
+        where = f"{method} {canonical}"
+        right = mint(settings, ALICE, NON_ADMIN)
+        form = {"text": "I prefer tea", "kind": "fact", "version": "", "confirm": ALICE}
+        signed = {**form, "csrf": console.csrf_token(right)} if method == "POST" else None
+
+        assert await _page_status(client, method, path, None, signed) == 401, f"{where}: no session"
+        for name, token in bad.items():
+            assert await _page_status(client, method, path, token, signed) == 401, f"{where}: {name} session"
+        if needs.scope is not None:
+            no_scope = mint(settings, ALICE, [])
+            assert await _page_status(client, method, path, no_scope, signed) == 403, f"{where}: no scope"
+            others = mint(settings, ALICE, [s for s in NON_ADMIN if s != needs.scope])
+            assert await _page_status(client, method, path, others, signed) == 403, f"{where}: lacks {needs.scope}"
+        if needs.operator or needs.service_scope:
+            service = mint(settings, "service:chat", NON_ADMIN)
+            assert await _page_status(client, method, path, service, signed) == 403, f"{where}: service without admin"
+        if needs.operator:
+            user_admin = mint(settings, ALICE, list(SCOPES))
+            assert await _page_status(client, method, path, user_admin, signed) == 403, f"{where}: a user token"
+            right = mint(settings, "service:ops", ["admin"])
+        if "{user_id}" in canonical and not needs.operator:
+            mallory = mint(settings, MALLORY, NON_ADMIN)
+            assert await _page_status(client, method, path, mallory, signed) == 403, f"{where}: another user"
+            mallory_admin = mint(settings, MALLORY, ["admin"])
+            assert await _page_status(client, method, path, mallory_admin, signed) == 403, f"{where}: user's admin"
+        if method == "POST":
+            assert await _page_status(client, method, path, right, form) == 403, f"{where}: no CSRF token"
+            forged = {**form, "csrf": console.csrf_token(mint(settings, ALICE, NON_ADMIN, ttl_seconds=1800))}
+            assert await _page_status(client, method, path, right, forged) == 403, f"{where}: another session's CSRF"
+            signed = {**form, "csrf": console.csrf_token(right)}
+            cross = await _page_status(client, method, path, right, signed, origin="https://evil.example")
+            assert cross == 403, f"{where}: cross-site"
+        status = await _page_status(client, method, path, right, signed, origin=host if method == "POST" else None)
+        assert status not in (401, 403) and status < 500, f"{where}: the right session got {status}"

@@ -3,8 +3,11 @@
 It creates a fresh `memwright_demo` database, starts the five services, replays the
 stream shipped beside this file through the ingest HTTP endpoint in two phases (as if
 two days passed), waits for the sweeps with a progress line, prints every user's
-memories with their receipts and the hypotheses still being watched, and stops the
-services it started. The local stack itself is started and stopped by `make demo`.
+memories with their receipts and the hypotheses still being watched, prints the memory
+console's address (a sign-in link for a demo user and one for an operator), and stops the
+services it started; with MEMWRIGHT_DEMO_KEEP=1 (`make demo KEEP=1`) it keeps them running
+until Ctrl-C or SIGTERM, so a person can open the console. The local stack itself is started
+and stopped by `make demo`.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ import asyncio
 import json
 import os
 import secrets
+import signal
 import time
 from collections import defaultdict
 from importlib import resources
@@ -141,6 +145,29 @@ async def _record_store(dsn: str, store: Path) -> None:
         await conn.close()
 
 
+CONSOLE_LINK_TTL_S = 8 * 3600  # the demo's sign-in links work for a working day
+
+
+def console_links(api_url: str, secret: str, user: str) -> tuple[str, str]:
+    """Sign-in links to the console: the user's, and an operator's (a service token with admin).
+    The token is in the #fragment, which the browser never sends to a server."""
+    auth = AuthSettings(jwt_secret=secret)
+    user_token = mint(auth, user, ["memories:read", "memories:write"], ttl_seconds=CONSOLE_LINK_TTL_S)
+    operator_token = mint(auth, "service:demo-operator", ["admin"], ttl_seconds=CONSOLE_LINK_TTL_S)
+    return (
+        f"{api_url}/console/sign-in#token={user_token}",
+        f"{api_url}/console/sign-in#token={operator_token}",
+    )
+
+
+async def _until_stopped() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    await stop.wait()
+
+
 async def run_demo(window_seconds: float = 3.0, timeout: float = 180.0) -> int:
     kafka = KafkaSettings.from_env()
     admin_dsn = os.environ.get("MEMWRIGHT_PG_DSN")
@@ -188,6 +215,14 @@ async def run_demo(window_seconds: float = 3.0, timeout: float = 180.0) -> int:
         problems = await check_expected(pool, load_expected())
         for problem in problems:
             _say(f"UNEXPECTED: {problem}")
+        user_link, operator_link = console_links(procs.url("api"), secret, users[0])
+        _say(f"\n== the memory console (docs/console.md) ==\n{users[0]}'s memories, and why: {user_link}")
+        _say(f"the operator's view: {operator_link}")
+        if os.environ.get("MEMWRIGHT_DEMO_KEEP", "") not in ("", "0"):
+            _say("everything keeps running so you can open the console; press Ctrl-C to stop")
+            await _until_stopped()
+        else:
+            _say("(the services stop now: run `make demo KEEP=1` to keep them running and open the console)")
         return 1 if problems or not total else 0
     finally:
         await pool.close()
