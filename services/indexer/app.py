@@ -16,7 +16,7 @@ from memwright import kafka, logs, metrics
 from memwright.embeddings import make_embedder
 from memwright.events import ChangelogEvent
 from memwright.index.apply import converge
-from memwright.index.backend import open_backend
+from memwright.index.backend import QdrantUnavailable, open_backend
 from memwright.index.drift import find_drift
 from memwright.index.relay import outbox_stats, relay_once
 from memwright.index.vectors import VectorIndex
@@ -192,8 +192,8 @@ async def drift_loop(
 
 
 async def serve(settings: IndexerSettings, stop: asyncio.Event) -> None:
-    pool = await create_pool(settings.pg_dsn, 1, settings.pg_pool_max)
     backend = open_backend(settings)  # the embedded store: this process holds it until it stops
+    pool = await create_pool(settings.pg_dsn, 1, settings.pg_pool_max)
     try:
         index = VectorIndex(backend, settings.qdrant_collection, await make_embedder(settings))
         await index.ensure_collection()
@@ -225,4 +225,8 @@ def main() -> None:
     settings = IndexerSettings.from_env()
     logs.configure("indexer", settings.log_level, settings.log_json)
     kafka.install_reconnect_backoff()
-    run_until_stopped(lambda stop: serve(settings, stop))
+    try:
+        run_until_stopped(lambda stop: serve(settings, stop))
+    except QdrantUnavailable as exc:  # say why in one line, not a traceback
+        log.error("index_store_unavailable", error=str(exc))
+        raise SystemExit(2) from None
