@@ -12,7 +12,7 @@ sampled every 0.1 s: its pool and its liveness connection; a run holds none whil
 Indexer: the indexer is stopped while the rules curator writes those N memories, so their
 outbox rows wait; it is then started and `memwright_indexer_events_applied_total` (its ops
 port) is watched until all are applied: outbox -> changelog -> Qdrant, events/s. Baseline:
-single-point upserts/s into an embedded Qdrant from this process. Then `memwright index
+single-point upserts/s into an embedded Qdrant Edge store from this process. Then `memwright index
 rebuild` with the indexer stopped (the embedded store is single-process): memories/s.
 """
 
@@ -129,26 +129,24 @@ async def _curate(pipe: Pipeline, users: list[str], concurrency: int, **env: str
 
 
 async def _raw_qdrant_upserts(count: int, dim: int = 256) -> float:
-    """Single-point upserts/s into a fresh embedded Qdrant: the floor cost of applying one event."""
+    """Single-point upserts/s into a fresh embedded Qdrant Edge store: the floor cost of applying one event."""
     import random
 
-    from qdrant_client import AsyncQdrantClient, models
+    from memwright.index.backend import Point
+    from memwright.index.edge import EdgeBackend
 
     with tempfile.TemporaryDirectory() as path:
-        client = AsyncQdrantClient(path=path)
+        backend = EdgeBackend.open(path)
         try:
-            await client.create_collection(
-                "b", vectors_config=models.VectorParams(size=dim, distance=models.Distance.COSINE)
-            )
+            await backend.create_collection("b", dim)
             rng = random.Random(1)
             vectors = [[rng.random() for _ in range(dim)] for _ in range(64)]
             started = time.monotonic()
             for i in range(count):
-                point = models.PointStruct(id=str(uuid.uuid4()), vector=vectors[i % 64], payload={"user_id": f"u{i}"})
-                await client.upsert("b", [point])
+                await backend.upsert("b", [Point(str(uuid.uuid4()), {"user_id": f"u{i}"}, vectors[i % 64])])
             return count / (time.monotonic() - started)
         finally:
-            await client.close()
+            await backend.close()
 
 
 async def _user_memories(pipe: Pipeline, count: int) -> int:
@@ -197,7 +195,7 @@ async def _indexer(pipe: Pipeline, cfg: CuratorConfig, say: Callable[[str], None
     say(
         f"  indexer: {depth} outbox rows ({created} user-written memories through the api, the rest from the curator) "
         f"relayed and applied at {rate or 0:.0f} events/s  |  baseline: {baseline:.0f} single-point upserts/s "
-        "into an embedded Qdrant from the bench process"
+        "into an embedded Qdrant Edge store from the bench process"
     )
     return {
         "events": depth,

@@ -6,7 +6,7 @@ line, one JSON object with every figure.
     .venv/bin/python -m bench.run                 # a few minutes
     .venv/bin/python -m bench.run --quick         # shorter loads, 10 s long window: a smoke run
     .venv/bin/python -m bench.run --only ingest   # one part: ingest, context, pipeline, curator, window,
-                                                  # embedder or classifier
+                                                  # embedder, classifier or index
 
 The bench uses its own database (memwright_bench_<run>) and Kafka topics (b<run>...) on the
 stack named by MEMWRIGHT_PG_DSN / MEMWRIGHT_KAFKA_BOOTSTRAP, and removes them at the end.
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import classifier, context, curation, embedder, ingest, pipeline
+from bench import classifier, context, curation, embedder, index, ingest, pipeline
 from bench.harness import BenchStack
 
-PARTS = ("ingest", "context", "pipeline", "curator", "window", "embedder", "classifier")
+PARTS = ("ingest", "context", "pipeline", "curator", "window", "embedder", "classifier", "index")
 
 
 def say(line: str) -> None:
@@ -73,6 +73,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             report["embedder"] = await embedder.run(say, quick)
         if "classifier" in parts:  # no stack needed: the default policy's classifier, the llm skip
             report["classifier"] = await classifier.run(say, quick)
+        if "index" in parts:  # no stack needed: the embedded index at 10k, 100k and 1M memories
+            report["index"] = await index.run(say, quick)
         if "ingest" in parts:
             cfg = ingest.IngestConfig(
                 single_rates=args.single_rates or ((200.0, 1000.0) if quick else (500.0, 1000.0, 2000.0)),

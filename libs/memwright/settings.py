@@ -227,7 +227,7 @@ class EmbedderSettings(BaseSettings):
 
 @dataclass(frozen=True)
 class QdrantSettings(EmbedderSettings):
-    qdrant_url: str = ""  # empty: embedded local mode at qdrant_path
+    qdrant_url: str = ""  # empty: the embedded Qdrant Edge store at qdrant_path
     qdrant_api_key: str = field(default="", repr=False)
     qdrant_path: str = ".local/qdrant"
     qdrant_collection: str = "memories"

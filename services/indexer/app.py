@@ -16,9 +16,10 @@ from memwright import kafka, logs, metrics
 from memwright.embeddings import make_embedder
 from memwright.events import ChangelogEvent
 from memwright.index.apply import converge
+from memwright.index.backend import QdrantUnavailable, open_backend
 from memwright.index.drift import find_drift
 from memwright.index.relay import outbox_stats, relay_once
-from memwright.index.vectors import VectorIndex, open_client
+from memwright.index.vectors import VectorIndex
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
 from memwright.settings import IndexerSettings
 from memwright.store.db import create_pool
@@ -191,15 +192,17 @@ async def drift_loop(
 
 
 async def serve(settings: IndexerSettings, stop: asyncio.Event) -> None:
+    backend = open_backend(settings)  # the embedded store: this process holds it until it stops
     pool = await create_pool(settings.pg_dsn, 1, settings.pg_pool_max)
-    client = open_client(settings)
     try:
-        index = VectorIndex(client, settings.qdrant_collection, await make_embedder(settings))
+        index = VectorIndex(backend, settings.qdrant_collection, await make_embedder(settings))
         await index.ensure_collection()
         readiness = Readiness()
         readiness.add("postgres", lambda: pool.fetchval("SELECT true"))
         ops = await start_site(ops_app(readiness), settings.ops_host, settings.ops_port)
-        log.info("indexer_started", collection=settings.qdrant_collection, embedder=index.embedder.name)
+        log.info(
+            "indexer_started", collection=settings.qdrant_collection, embedder=index.embedder.name, store=backend.where
+        )
         state = ConsumerState()
         producer = kafka.KeptProducer(settings.kafka_bootstrap, name="relay")
         producer.start()  # connects in the background: the indexer comes up while Kafka is down
@@ -213,7 +216,7 @@ async def serve(settings: IndexerSettings, stop: asyncio.Event) -> None:
             await producer.stop()
             await ops.cleanup()
     finally:
-        await client.close()  # releases the embedded store's lock for the next process
+        await backend.close()  # releases the embedded store for the next process
         await pool.close()
         log.info("indexer_stopped")
 
@@ -222,4 +225,8 @@ def main() -> None:
     settings = IndexerSettings.from_env()
     logs.configure("indexer", settings.log_level, settings.log_json)
     kafka.install_reconnect_backoff()
-    run_until_stopped(lambda stop: serve(settings, stop))
+    try:
+        run_until_stopped(lambda stop: serve(settings, stop))
+    except QdrantUnavailable as exc:  # say why in one line, not a traceback
+        log.error("index_store_unavailable", error=str(exc))
+        raise SystemExit(2) from None

@@ -132,6 +132,7 @@ async def drill(private_stack: PrivateStack, tmp_path: Path) -> AsyncIterator[Dr
         "MEMWRIGHT_POLL_SECONDS": "0.2",
         "MEMWRIGHT_LEASE_SECONDS": str(LEASE_SECONDS),
         "MEMWRIGHT_QDRANT_PATH": str(tmp_path / "qdrant"),
+        "MEMWRIGHT_QDRANT_URL": "",  # the embedded Qdrant Edge store even where a server is named
         "MEMWRIGHT_LOG_LEVEL": "info",
     }
     procs = ServiceProcesses(env, tmp_path / "logs")

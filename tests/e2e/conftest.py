@@ -51,6 +51,7 @@ def pipeline(stack: dict[str, str], kafka: KafkaSettings, session_tmp: Path) -> 
         "MEMWRIGHT_WINDOW_SECONDS": str(WINDOW_SECONDS),
         "MEMWRIGHT_POLL_SECONDS": "0.2",
         "MEMWRIGHT_QDRANT_PATH": str(session_tmp / "qdrant"),
+        "MEMWRIGHT_QDRANT_URL": "",  # the embedded Qdrant Edge store even where a server is named
         "MEMWRIGHT_LOG_LEVEL": "info",
     }
     procs = ServiceProcesses(env, session_tmp / "logs")

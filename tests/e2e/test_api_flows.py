@@ -10,8 +10,8 @@ from typing import Any
 import aiohttp
 import asyncpg
 from memwright.auth import mint
+from memwright.index.edge import EdgeBackend
 from memwright.settings import AuthSettings
-from qdrant_client import AsyncQdrantClient, models
 
 from tests.conftest import JWT_SECRET
 from tests.e2e.conftest import Pipeline
@@ -42,22 +42,16 @@ async def context_with(http: aiohttp.ClientSession, pipeline: Pipeline, user: st
 
 
 async def points_of(pipeline: Pipeline, user: str) -> set[str]:
-    """The user's points in the embedded Qdrant store (single-process: the indexer pauses meanwhile)."""
+    """The user's points in the embedded Qdrant store (one process at a time: the indexer pauses meanwhile)."""
     pipeline.procs.stop("indexer")
-    client = AsyncQdrantClient(path=pipeline.env["MEMWRIGHT_QDRANT_PATH"])
+    backend = EdgeBackend.open(pipeline.env["MEMWRIGHT_QDRANT_PATH"])
     try:
-        if not await client.collection_exists("memories"):
+        if await backend.alias_target("memories") is None:
             return set()
-        points, _ = await client.scroll(
-            "memories",
-            scroll_filter=models.Filter(
-                must=[models.FieldCondition(key="user_id", match=models.MatchValue(value=user))]
-            ),
-            limit=1000,
-        )
-        return {str(p.id) for p in points}
+        points, _ = await backend.scroll("memories", None, 100_000)
+        return {p.id for p in points if p.payload["user_id"] == user}
     finally:
-        await client.close()
+        await backend.close()
         pipeline.procs.start("indexer")
         await pipeline.procs.wait_ready("indexer")
 

@@ -10,7 +10,7 @@ import uuid
 import aiohttp
 import asyncpg
 from aiokafka import AIOKafkaProducer
-from qdrant_client import AsyncQdrantClient
+from memwright.index.edge import EdgeBackend
 
 from tests.e2e.conftest import Pipeline
 from tests.e2e.helpers import eventually, new_user, signal
@@ -61,15 +61,15 @@ async def test_explicit_preference_becomes_one_memory_with_its_receipt_everywher
         status = await r.json()
     assert (status["outcome"], [m["memory_id"] for m in status["memories"]]) == ("remembered", [memory["id"]])
 
-    # Qdrant: same id and version (the embedded store is single-process: pause the indexer)
+    # Qdrant: same id and version (the embedded store is opened by one process at a time: pause the indexer)
     await eventually(lambda: e2e_pool.fetchval("SELECT count(*) = 0 FROM index_outbox"), what="the outbox to drain")
     await eventually(lambda: _indexer_applied(http, pipeline), what="the indexer to apply the event")
     pipeline.procs.stop("indexer")
-    client = AsyncQdrantClient(path=pipeline.env["MEMWRIGHT_QDRANT_PATH"])
+    backend = EdgeBackend.open(pipeline.env["MEMWRIGHT_QDRANT_PATH"])
     try:
-        points = await client.retrieve("memories", [memory["id"]], with_payload=True)
+        points = await backend.retrieve("memories", [memory["id"]])
     finally:
-        await client.close()
+        await backend.close()
         pipeline.procs.start("indexer")
         await pipeline.procs.wait_ready("indexer")
     assert len(points) == 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 from aiokafka import AIOKafkaConsumer, ConsumerRecord
@@ -54,3 +55,26 @@ async def read_topic(kafka: KafkaSettings, topic: str, expected: int, timeout: f
     finally:
         await consumer.stop()
     return records
+
+
+MEMORY_TOPICS = ["coffee", "hiking trips", "jazz records", "metric units", "French replies"]
+
+
+async def as_user(pool: asyncpg.Pool, sql: str, *args: Any) -> None:
+    """Change memories as the user's own transaction (the database lets only it touch user-written ones)."""
+    async with pool.acquire() as conn, conn.transaction():
+        await conn.execute("SET LOCAL memwright.actor = 'user'")
+        await conn.execute(sql, *args)
+
+
+async def seed_memories(pool: asyncpg.Pool, users: dict[str, int]) -> dict[str, list[str]]:
+    """Insert user-written memories (no budget applies to them); return their ids per user."""
+    ids: dict[str, list[str]] = {}
+    rows = []
+    for user, n in users.items():
+        for i in range(n):
+            mid = uuid.uuid4()
+            ids.setdefault(user, []).append(str(mid))
+            rows.append((mid, user, "user", f"{user} likes {MEMORY_TOPICS[i % len(MEMORY_TOPICS)]}, note {i}"))
+    await pool.executemany("INSERT INTO memories (memory_id, user_id, author, text) VALUES ($1, $2, $3, $4)", rows)
+    return ids

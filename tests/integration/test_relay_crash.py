@@ -14,12 +14,12 @@ from pathlib import Path
 import asyncpg
 from memwright.embeddings import CachedEmbedder, HashingEmbedder
 from memwright.index.drift import find_drift
+from memwright.index.edge import EdgeBackend
 from memwright.index.relay import relay_once
 from memwright.index.vectors import VectorIndex
 from memwright.kafka import KeptProducer
 from memwright.services.indexer.app import apply_records
 from memwright.settings import KafkaSettings
-from qdrant_client import AsyncQdrantClient
 
 from tests.conftest import ROOT
 from tests.integration.helpers import new_topic, read_topic
@@ -102,13 +102,13 @@ async def test_relay_killed_between_produce_and_delete_produces_again_and_still_
     records = await read_topic(kafka, topic, 40)
     assert len(records) == 40  # every change twice: at least once, never lost
 
-    client = AsyncQdrantClient(path=str(tmp_path / "qdrant"))
+    backend = EdgeBackend.open(tmp_path / "qdrant")
     try:
-        index = VectorIndex(client, "memories", CachedEmbedder(HashingEmbedder()))
+        index = VectorIndex(backend, "memories", CachedEmbedder(HashingEmbedder()))
         await index.ensure_collection()
         assert await apply_records(db, index, records[:25], asyncio.Event())
         assert await apply_records(db, index, records[25:], asyncio.Event())
         drift = await find_drift(db, index)
         assert (drift.total, drift.memories, drift.points) == (0, 20, 20)
     finally:
-        await client.close()
+        await backend.close()

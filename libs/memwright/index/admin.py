@@ -1,8 +1,9 @@
 """`memwright index rebuild` and `memwright index check` (issue 5).
 
 Both read MEMWRIGHT_PG_DSN and the MEMWRIGHT_QDRANT_* / MEMWRIGHT_EMBED* variables the
-indexer uses. In embedded mode (no MEMWRIGHT_QDRANT_URL) the store is single-process:
-stop the indexer first. `--demo` points both at what `make demo` left behind.
+indexer uses. The embedded Qdrant Edge store (no MEMWRIGHT_QDRANT_URL) is opened by one
+process at a time: stop the indexer first (a Qdrant server needs no such pause). `--demo`
+points both at what `make demo` left behind.
 
 Exit codes: 0 in sync (or rebuilt), 1 drift found, 2 a usage or configuration error.
 """
@@ -22,10 +23,11 @@ from qdrant_client.http.exceptions import ResponseHandlingException
 
 from memwright.embeddings import make_embedder
 from memwright.index.apply import converge
+from memwright.index.backend import QdrantUnavailable, open_backend
 from memwright.index.drift import KINDS, Drift, find_drift
 from memwright.index.rebuild import Progress, rebuild
 from memwright.index.relay import outbox_stats
-from memwright.index.vectors import QdrantUnavailable, VectorIndex, alias_target, open_client
+from memwright.index.vectors import VectorIndex
 from memwright.settings import PostgresSettings, QdrantSettings
 from memwright.store.db import create_pool
 
@@ -112,8 +114,8 @@ def _say(line: str = "", err: bool = False) -> None:
 
 
 def _where(settings: IndexToolSettings) -> str:
-    store = settings.qdrant_url or f"embedded store {settings.qdrant_path}"
-    return f"PostgreSQL database {settings.pg_dsn.rsplit('/', 1)[-1]!r}, Qdrant {store}"
+    store = settings.qdrant_url or f"embedded Qdrant Edge store {settings.qdrant_path}"
+    return f"PostgreSQL database {settings.pg_dsn.rsplit('/', 1)[-1]!r}, {store}"
 
 
 # ---- rebuild ------------------------------------------------------------------------------
@@ -138,10 +140,10 @@ async def _rebuild(settings: IndexToolSettings, args: argparse.Namespace) -> int
     embedder = await make_embedder(settings)
     pool = await create_pool(settings.pg_dsn, 1, 2)
     try:
-        client = open_client(settings)
+        backend = open_backend(settings)
         try:
             alias = settings.qdrant_collection
-            before = await alias_target(client, alias)
+            before = await backend.alias_target(alias)
             _say(f"rebuilding Qdrant collection {alias!r} from {_where(settings)}")
             _say(
                 f"  embedder {embedder.name} ({embedder.dim} dimensions); "
@@ -149,7 +151,7 @@ async def _rebuild(settings: IndexToolSettings, args: argparse.Namespace) -> int
             )
             done = await rebuild(
                 pool,
-                client,
+                backend,
                 alias,
                 embedder,
                 batch=args.batch,
@@ -167,7 +169,7 @@ async def _rebuild(settings: IndexToolSettings, args: argparse.Namespace) -> int
             )
             return 0
         finally:
-            await client.close()
+            await backend.close()
     finally:
         await pool.close()
 
@@ -202,16 +204,16 @@ async def _check(settings: IndexToolSettings, args: argparse.Namespace) -> int:
     embedder = await make_embedder(settings)
     pool = await create_pool(settings.pg_dsn, 1, 2)
     try:
-        client = open_client(settings)
+        backend = open_backend(settings)
         try:
             alias = settings.qdrant_collection
-            if await alias_target(client, alias) is None:
+            if await backend.alias_target(alias) is None:
                 count = int(await pool.fetchval("SELECT count(*) FROM memories"))
                 _say(f"Qdrant has no collection {alias!r} ({_where(settings)}); {count} memories in PostgreSQL")
                 if count:
                     _say("DRIFT: every memory is missing. Run `memwright index rebuild`.")
                 return 1 if count else 0
-            index = VectorIndex(client, alias, embedder)
+            index = VectorIndex(backend, alias, embedder)
             drift = await find_drift(pool, index, settle=args.settle)
             if args.repair and drift.total:
                 outcome = await converge(pool, index, drift.ids(), trust_versions=False)
@@ -221,7 +223,7 @@ async def _check(settings: IndexToolSettings, args: argparse.Namespace) -> int:
                 drift = await find_drift(pool, index, settle=args.settle)
             depth, age = await outbox_stats(pool)
         finally:
-            await client.close()
+            await backend.close()
     finally:
         await pool.close()
     drift.publish()

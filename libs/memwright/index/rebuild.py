@@ -1,7 +1,8 @@
 """Rebuild the collection from PostgreSQL behind the alias (invariant 9).
 
 1. Create a fresh physical collection sized for the embedder.
-2. Fill it from the memories table page by page (keyset on memory_id), showing progress.
+2. Fill it from the memories table page by page (keyset on memory_id), showing progress,
+   and let the backend compact it (Qdrant Edge has no background optimizer).
 3. Move the alias to it in one step: searches go from the old complete collection to the
    new complete one, never to an empty or half-built one.
 4. Repair pass: changes committed while step 2 ran were applied by the indexer to the OLD
@@ -21,12 +22,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import asyncpg
-from qdrant_client import AsyncQdrantClient
 
 from memwright.embeddings import Embedder
 from memwright.index.apply import converge
+from memwright.index.backend import IndexBackend, new_collection_name
 from memwright.index.drift import find_drift
-from memwright.index.vectors import VectorIndex, alias_target, new_collection_name, switch_alias
+from memwright.index.vectors import VectorIndex
 
 ROWS_PAGE = """
 SELECT memory_id, user_id, author, kind, text, version, updated_at FROM memories
@@ -63,7 +64,7 @@ class Rebuilt:
 
 async def rebuild(
     pool: asyncpg.Pool,
-    client: AsyncQdrantClient,
+    backend: IndexBackend,
     alias: str,
     embedder: Embedder,
     batch: int = 256,
@@ -72,7 +73,7 @@ async def rebuild(
 ) -> Rebuilt:
     started = time.monotonic()
     total = int(await pool.fetchval("SELECT count(*) FROM memories"))
-    fresh = VectorIndex(client, new_collection_name(alias), embedder)
+    fresh = VectorIndex(backend, new_collection_name(alias), embedder)
     await fresh.create()
     done = 0
     try:
@@ -85,18 +86,19 @@ async def rebuild(
             last = rows[-1]["memory_id"]
             if progress:
                 progress(Progress(done, total, time.monotonic() - started))
-            await asyncio.sleep(0)  # embedded mode works synchronously: let searches in this process run
+            await asyncio.sleep(0)  # the embedded store works synchronously: let searches in this process run
+        await backend.optimize(fresh.collection)
         filled = time.monotonic() - started
-        previous = await alias_target(client, alias)
-        await switch_alias(client, alias, fresh.collection)
+        previous = await backend.alias_target(alias)
+        await backend.switch_alias(alias, fresh.collection)
     except BaseException:
-        await client.delete_collection(fresh.collection)  # the alias never pointed at it
+        await backend.drop_collection(fresh.collection)  # the alias never pointed at it
         raise
-    live = VectorIndex(client, alias, embedder)
+    live = VectorIndex(backend, alias, embedder)
     drift = await find_drift(pool, live)
     outcome = await converge(pool, live, drift.ids())
     repaired = sum(1 for action in outcome.values() if action in ("upsert", "delete"))
     dropped = False
     if previous is not None and previous != alias and not keep_old:
-        dropped = await client.delete_collection(previous)
+        dropped = await backend.drop_collection(previous)
     return Rebuilt(alias, fresh.collection, previous, done, repaired, filled, time.monotonic() - started, dropped)

@@ -1,49 +1,25 @@
-"""The Qdrant collection of memory vectors: embedded local mode by default, a server with QDRANT_URL.
+"""The collection of memory vectors, on whichever backend (index/backend.py) the settings name.
 
 Everything reads and writes through an ALIAS (`MEMWRIGHT_QDRANT_COLLECTION`, default
 `memories`) that points at a physical collection `<alias>__<timestamp>`. A rebuild fills a
 fresh physical collection and then moves the alias in one step, so a search sees either the
-old complete collection or the new complete one, never an empty or half-built one.
-qdrant-client's local mode supports aliases (it resolves them on every call and saves the
-switch with one atomic file replace); a server switches them atomically per request.
+old complete collection or the new complete one, never an empty or half-built one. A Qdrant
+server switches aliases atomically per request; the embedded Qdrant Edge store keeps them in
+a file it replaces atomically (index/edge.py).
 """
 
 from __future__ import annotations
 
-import secrets
-import time
-import warnings
+import asyncio
 from collections.abc import Iterable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from qdrant_client import AsyncQdrantClient, models
-
 from memwright import metrics
 from memwright.embeddings import Embedder, text_hash
-from memwright.settings import QdrantSettings
+from memwright.index.backend import IndexBackend, Point, new_collection_name
 
-SEPARATOR = "__"  # physical collection = <alias>__<UTC timestamp>_<random>
 SCROLL_PAGE = 1000
-
-
-class QdrantUnavailable(RuntimeError):
-    """The store cannot be opened; the message says why and what to do."""
-
-
-def open_client(settings: QdrantSettings) -> AsyncQdrantClient:
-    if settings.qdrant_url:
-        return AsyncQdrantClient(url=settings.qdrant_url, api_key=settings.qdrant_api_key or None)
-    try:
-        return AsyncQdrantClient(path=settings.qdrant_path)
-    except RuntimeError as exc:
-        if "already accessed" not in str(exc):
-            raise
-        raise QdrantUnavailable(
-            f"the embedded Qdrant store at {settings.qdrant_path} is open in another process (a running "
-            "indexer holds it: embedded mode allows one process per path). Stop the indexer and try again, "
-            "or run a Qdrant server and set MEMWRIGHT_QDRANT_URL"
-        ) from None
 
 
 def payload_for(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -65,75 +41,27 @@ def payload_for(row: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def new_collection_name(alias: str) -> str:
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"{alias}{SEPARATOR}{stamp}_{secrets.token_hex(3)}"
-
-
-async def alias_target(client: AsyncQdrantClient, alias: str) -> str | None:
-    """The physical collection behind `alias`; the name itself for an old-style plain collection."""
-    for a in (await client.get_aliases()).aliases:
-        if a.alias_name == alias:
-            return a.collection_name
-    if await client.collection_exists(alias):
-        return alias
-    return None
-
-
-async def switch_alias(client: AsyncQdrantClient, alias: str, target: str) -> str | None:
-    """Point `alias` at `target` in one step; return the collection it pointed at before."""
-    previous = await alias_target(client, alias)
-    if previous == alias:
-        # an old-style plain collection holds the name: it must go before the alias can exist
-        # (a moment without the name; only the first rebuild after an upgrade does this)
-        await client.delete_collection(alias)
-    ops: list[models.CreateAliasOperation | models.DeleteAliasOperation] = []
-    if previous is not None and previous != alias:
-        ops.append(models.DeleteAliasOperation(delete_alias=models.DeleteAlias(alias_name=alias)))
-    ops.append(models.CreateAliasOperation(create_alias=models.CreateAlias(collection_name=target, alias_name=alias)))
-    await client.update_collection_aliases(change_aliases_operations=ops)  # one request: atomic
-    return None if previous == alias else previous
-
-
 class VectorIndex:
-    """One collection name (an alias or a physical collection) and the embedder that fills it."""
+    """One collection name (an alias or a physical collection) on a backend, and the embedder that fills it."""
 
-    def __init__(self, client: AsyncQdrantClient, collection: str, embedder: Embedder) -> None:
-        self.client = client
+    def __init__(self, backend: IndexBackend, collection: str, embedder: Embedder) -> None:
+        self.backend = backend
         self.collection = collection
         self.embedder = embedder
 
     # ---- the collection -----------------------------------------------------------------
     async def create(self) -> None:
         """Create `self.collection` as a new physical collection sized for the embedder."""
-        await self.client.create_collection(
-            self.collection,
-            vectors_config=models.VectorParams(size=self.embedder.dim, distance=models.Distance.COSINE),
-        )
-        with warnings.catch_warnings():  # local mode warns that it filters without indexes
-            warnings.simplefilter("ignore", UserWarning)
-            await self.client.create_payload_index(self.collection, "user_id", models.PayloadSchemaType.KEYWORD)
+        await self.backend.create_collection(self.collection, self.embedder.dim)
 
     async def ensure_collection(self) -> None:
         """Make the alias resolve to a collection whose vector size matches the embedder."""
-        if await alias_target(self.client, self.collection) is None:
-            physical = VectorIndex(self.client, new_collection_name(self.collection), self.embedder)
-            await physical.create()
-            try:
-                await self.client.update_collection_aliases(
-                    change_aliases_operations=[
-                        models.CreateAliasOperation(
-                            create_alias=models.CreateAlias(
-                                collection_name=physical.collection, alias_name=self.collection
-                            )
-                        )
-                    ]
-                )
-            except Exception:
-                pass  # another replica created the alias first: use theirs
-            if await alias_target(self.client, self.collection) != physical.collection:
-                await self.client.delete_collection(physical.collection)
-        size = await self.vector_size()
+        if await self.backend.alias_target(self.collection) is None:
+            physical = new_collection_name(self.collection)
+            await self.backend.create_collection(physical, self.embedder.dim)
+            if not await self.backend.create_alias(self.collection, physical):
+                await self.backend.drop_collection(physical)  # another replica created the alias first: use theirs
+        size = await self.backend.vector_size(self.collection)
         if size != self.embedder.dim:
             raise ValueError(
                 f"Qdrant collection {self.collection!r} holds {size}-dimensional vectors but embedder "
@@ -141,35 +69,31 @@ class VectorIndex:
                 "to build it with this embedder"
             )
 
-    async def vector_size(self) -> int:
-        info = await self.client.get_collection(self.collection)
-        vectors = info.config.params.vectors
-        assert isinstance(vectors, models.VectorParams), "memwright collections have one unnamed vector"
-        return vectors.size
-
     # ---- points -------------------------------------------------------------------------
     async def payloads(self, memory_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
         """Current payload of each of these points that exists."""
         ids = list(memory_ids)
         if not ids:
             return {}
-        points = await self.client.retrieve(self.collection, ids, with_payload=True, with_vectors=False)
-        return {str(p.id): dict(p.payload or {}) for p in points}
+        return {p.id: p.payload for p in await self.backend.retrieve(self.collection, ids)}
 
     async def get(self, memory_id: str) -> dict[str, Any] | None:
         return (await self.payloads([memory_id])).get(memory_id)
 
-    async def all_payloads(self) -> dict[str, dict[str, Any]]:
-        """Every point's payload (no vectors), page by page."""
-        out: dict[str, dict[str, Any]] = {}
-        offset: Any = None
+    async def all_points(self, with_vectors: bool = False) -> list[Point]:
+        """Every point, page by page (the loop runs other tasks between pages)."""
+        out: list[Point] = []
+        offset: str | None = None
         while True:
-            points, offset = await self.client.scroll(
-                self.collection, limit=SCROLL_PAGE, offset=offset, with_payload=True, with_vectors=False
-            )
-            out.update((str(p.id), dict(p.payload or {})) for p in points)
+            page, offset = await self.backend.scroll(self.collection, offset, SCROLL_PAGE, with_vectors)
+            out += page
             if offset is None:
                 return out
+            await asyncio.sleep(0)
+
+    async def all_payloads(self) -> dict[str, dict[str, Any]]:
+        """Every point's payload (no vectors)."""
+        return {p.id: p.payload for p in await self.all_points()}
 
     async def write(self, rows: list[Mapping[str, Any]]) -> int:
         """Upsert these memories rows as points (vector from the text, payload from the row).
@@ -179,33 +103,25 @@ class VectorIndex:
             return 0
         vectors = await self.embedder.embed([r["text"] for r in rows])
         points = [
-            models.PointStruct(id=str(r["memory_id"]), vector=v, payload=payload_for(r))
+            Point(str(r["memory_id"]), payload_for(r), [float(x) for x in v])
             for r, v in zip(rows, vectors, strict=True)
         ]
-        await self.client.upsert(self.collection, points)
+        await self.backend.upsert(self.collection, points)
         metrics.INDEXER_UPSERTS.inc(len(points))
         return len(points)
 
     async def delete(self, memory_ids: list[str]) -> int:
         if not memory_ids:
             return 0
-        await self.client.delete(self.collection, points_selector=models.PointIdsList(points=list(memory_ids)))
+        await self.backend.delete(self.collection, list(memory_ids))
         metrics.INDEXER_DELETES.inc(len(memory_ids))
         return len(memory_ids)
 
     async def count(self) -> int:
-        return (await self.client.count(self.collection, exact=True)).count
+        return await self.backend.count(self.collection)
 
-    # ---- reads for the curator ----------------------------------------------------------
+    # ---- reads ----------------------------------------------------------------------------
     async def search_similar(self, user_id: str, text: str, limit: int = 5) -> list[tuple[str, float]]:
         """The user's memories most similar to `text`, as (memory id, cosine score), best first."""
         vector = (await self.embedder.embed([text]))[0]
-        result = await self.client.query_points(
-            self.collection,
-            query=vector,
-            limit=limit,
-            query_filter=models.Filter(
-                must=[models.FieldCondition(key="user_id", match=models.MatchValue(value=user_id))]
-            ),
-        )
-        return [(str(p.id), p.score) for p in result.points]
+        return await self.backend.search(self.collection, [float(x) for x in vector], user_id, limit)
