@@ -252,3 +252,23 @@ def test_what_the_deletion_does_not_touch_is_written_as_before() -> None:
     assert tools.create_memory("Always answer in metric units.", ["m6"]).startswith("Created memory")
     assert tools.create_memory("User climbs at the gym on Fridays.", ["m3"]).startswith("Created memory")
     assert tools.refusals == []
+
+
+def test_search_similar_embeds_each_memory_once_per_run_and_again_for_another_model() -> None:
+    class CountingEmbedder:
+        def __init__(self) -> None:
+            self.texts: list[str] = []
+
+        def embed_sync(self, texts: list[str]) -> list[list[float]]:
+            self.texts += texts
+            return [[float(len(t)), 1.0] for t in texts]
+
+    tools, mems = full_tools()
+    first = tools.embedder = CountingEmbedder()
+    tools.search_similar("emojis")
+    tools.search_similar("sources")
+    tools.search_similar("emojis")
+    assert sorted(first.texts) == sorted([m.text for m in mems] + ["emojis", "sources"])  # each text once
+    second = tools.embedder = CountingEmbedder()
+    tools.search_similar("emojis")
+    assert len(second.texts) == len(mems) + 1  # vectors of another model are never reused
