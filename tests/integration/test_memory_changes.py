@@ -2,10 +2,12 @@
 created, graduated, updated and deleted through the curator's and the api's paths come out as one
 CloudEvent each (binary mode: ce_* headers), keyed by their user, in order, valid against
 schemas/memory_change.v1.json, never with another user's data; a batch sent again keeps its ids;
-an erasure is announced and leaves no content in what is sent after it."""
+one relay sends at a time, so no batch overtakes another; an erasure is announced and leaves no
+content in what is sent after it."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Sequence
 from datetime import datetime
@@ -195,3 +197,39 @@ def test_the_schema_refuses_an_event_that_lies_about_its_type() -> None:
     VALIDATOR.validate(valid)
     for wrong in ({"type": "evicted"}, {"id": "1"}, {"author": "system"}, {"secret": "x"}):
         assert not VALIDATOR.is_valid({**valid, **wrong}), wrong
+
+
+class HeldOpen(KeptProducer):
+    """A relay caught sending: it waits inside its transaction until `go` is set."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.sending, self.go = asyncio.Event(), asyncio.Event()
+
+    async def send_all(self, topic: str, records: Sequence[Any]) -> None:
+        self.sending.set()
+        await self.go.wait()
+        await super().send_all(topic, records)
+
+
+async def test_one_relay_sends_at_a_time_so_no_batch_overtakes_another(
+    api: Api, db: asyncpg.Pool, relay: Relay, kafka: KafkaSettings
+) -> None:
+    first = await api.call("POST", "/v1/users/alice/memories", body={"text": "I like tea"}, expect=201)
+    slow = HeldOpen(kafka.kafka_bootstrap, name="slow-relay")
+    slow.start()
+    await slow.wait_ready(30)
+    sending = asyncio.ensure_future(relay_once(db, slow, relay.changelog, 500, relay.changes))
+    try:
+        await slow.sending.wait()  # the slow relay holds alice's first change
+        await api.call("PATCH", f"/v1/users/alice/memories/{first['id']}", body={"text": "I like green tea"})
+        assert await relay.run(db) == 0  # the other relay stands by instead of sending the update first
+        slow.go.set()
+        assert await sending == 1
+    finally:
+        slow.go.set()  # a failed assertion above must not leave the slow relay's transaction open
+        await asyncio.gather(sending, return_exceptions=True)
+        await slow.stop()
+    assert await relay.run(db) == 1
+    events = await relay.read(2)
+    assert [(data["type"], data["version"]) for _, data in events] == [("created", 1), ("updated", 2)]

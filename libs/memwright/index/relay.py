@@ -1,6 +1,6 @@
 """The outbox relay: index_outbox rows -> memory.changelog (key = memory id) and, for rows that
 name an audit row, the public memory.changes (key = user id, see changes.py); deleted only
-after the broker acknowledged both. Safe with several relays (FOR UPDATE SKIP LOCKED).
+after the broker acknowledged both. Several relays may run; one sends at a time (ONE_RELAY).
 
 Claim, produce and delete happen inside one transaction. If the relay dies after the
 broker acknowledged but before the commit, the transaction rolls back, the rows stay and
@@ -15,6 +15,12 @@ import asyncpg
 from memwright.changes import load_changes
 from memwright.events import ChangelogEvent
 from memwright.kafka import KeptProducer
+
+# One relay sends at a time: two relays' batches could overtake each other on Kafka, and
+# memory.changes keeps each user's changes in order. The others stand by; the lock goes with the
+# sending relay's transaction (commit, rollback or its connection dying), and the next poll takes over.
+# The two-key form keeps it apart from the runs' one-key locks (store/leases.py).
+ONE_RELAY = "SELECT pg_try_advisory_xact_lock(7246, 2)"
 
 CLAIM_BATCH = """
 SELECT outbox_id, memory_id, user_id, audit_id FROM index_outbox
@@ -38,6 +44,8 @@ async def relay_once(
     With `changes_topic`, the batch's audited changes go there too, in outbox order.
     A failure rolls back: the rows stay (a wedged producer is replaced for the next try)."""
     async with pool.acquire() as conn, conn.transaction():
+        if not await conn.fetchval(ONE_RELAY):
+            return 0  # another relay is sending
         rows = await conn.fetch(CLAIM_BATCH, batch)
         if not rows:
             return 0
