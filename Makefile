@@ -53,8 +53,8 @@ test-unit: install tools ## run the unit tests only (no services, seconds)
 	$(PY) -m pytest -m unit
 
 lint: install ## ruff (lint and format check) and mypy
-	$(VENV)/bin/ruff check libs services tests bench
-	$(VENV)/bin/ruff format --check libs services tests bench
+	$(VENV)/bin/ruff check libs services tests bench examples
+	$(VENV)/bin/ruff format --check libs services tests bench examples
 	$(VENV)/bin/mypy libs/memwright  # two runs: services/ is mapped to memwright.services,
 	$(VENV)/bin/mypy services        # which mypy cannot see in a single pass
 

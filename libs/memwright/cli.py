@@ -63,6 +63,28 @@ def _mcp(args: argparse.Namespace) -> int:
     return 0
 
 
+# ---- memwright hook session-start | user-prompt (harness hooks; memwright.adapters.hooks) ----
+def _hook(args: argparse.Namespace) -> int:
+    from memwright.adapters.hooks import run
+
+    return run(args.event, with_context=args.context)
+
+
+def _add_hook_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    hook = sub.add_parser(
+        "hook",
+        help="harness hooks (Claude Code): print the start-of-turn block, send the user's prompt to ingest",
+        description="Configured from MEMWRIGHT_TOKEN, MEMWRIGHT_API_URL, MEMWRIGHT_INGEST_URL (MEMWRIGHT_USER_ID, "
+        "MEMWRIGHT_CONVERSATION_ID, MEMWRIGHT_HOOK_TIMEOUT_S); exit 0 also when memwright is unreachable "
+        "(a note on stderr), 1 on a configuration mistake. See docs/integrations.md.",
+    )
+    hook.add_argument("event", choices=["session-start", "user-prompt"], help="which hook runs")
+    hook.add_argument("--context", action="store_true", help="user-prompt: also print the fresh block")
+
+
+# ---- end of memwright hook ----
+
+
 def _service(name: str) -> int:
     importlib.import_module(f"memwright.services.{name}.app").main()
     return 0
@@ -86,6 +108,7 @@ def parser() -> argparse.ArgumentParser:
     token.add_argument("--ttl", type=int, default=3600, help="lifetime in seconds")
     token.add_argument("--private-key", help="sign RS256 with this PEM private key instead of HS256 with the secret")
     token.add_argument("--kid", default="", help="key id to put in an RS256 token's header (the key's kid in the JWKS)")
+    _add_hook_parser(sub)
     index = sub.add_parser("index", help="vector index tools")
     index_sub = index.add_subparsers(dest="index_command", required=True)
     index_sub.add_parser("rebuild", help="rebuild the Qdrant collection from PostgreSQL", add_help=False)
@@ -116,7 +139,8 @@ def main(argv: list[str] | None = None) -> None:
 
             code = index_main(args.index_command, rest)
         else:
-            code = {"migrate": _migrate, "topics": _topics, "token": _token, "demo": _demo}[args.command](args)
+            commands = {"migrate": _migrate, "topics": _topics, "token": _token, "demo": _demo, "hook": _hook}
+            code = commands[args.command](args)
     except SettingsError as exc:
         print(f"memwright {args.command}: {exc}", file=sys.stderr)
         code = 2

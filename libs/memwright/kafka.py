@@ -42,6 +42,8 @@ from memwright.logs import Condition
 
 log = structlog.get_logger()
 
+Headers = list[tuple[str, bytes]]  # Kafka record headers (the CloudEvents attributes of memory.changes)
+
 # Errors after which an idempotent producer's state is lost for good (seen when the broker
 # restarts: its sequence numbers no longer line up). Only a new producer recovers.
 FATAL_PRODUCER_ERRORS: tuple[type[Exception], ...] = (
@@ -247,8 +249,10 @@ class KeptProducer:
         retire.add_done_callback(self._retiring.discard)
         self.start()
 
-    async def send_all(self, topic: str, records: Sequence[tuple[bytes | None, bytes]]) -> None:
-        """Produce every (key, value) and return once Kafka acknowledged all of them."""
+    async def send_all(
+        self, topic: str, records: Sequence[tuple[bytes | None, bytes] | tuple[bytes | None, bytes, Headers]]
+    ) -> None:
+        """Produce every (key, value) or (key, value, headers) and return once Kafka acknowledged all of them."""
         producer = self.producer
         if producer is not None and _wedged(producer):
             self.replace(producer)
@@ -256,7 +260,12 @@ class KeptProducer:
         if producer is None:
             raise KafkaUnavailable(f"Kafka producer {self.name} is not connected")
         try:
-            futures = [await producer.send(topic, key=key, value=value) for key, value in records]
+            futures = [
+                await producer.send(
+                    topic, key=record[0], value=record[1], headers=record[2] if len(record) > 2 else None
+                )
+                for record in records
+            ]
             delivered = asyncio.gather(*futures)
             try:
                 sender = _sender_task(producer)

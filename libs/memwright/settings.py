@@ -78,6 +78,7 @@ class KafkaSettings(BaseSettings):
     topic_signals: str = "memory.signals"
     topic_dlq: str = "memory.signals.dlq"
     topic_changelog: str = "memory.changelog"
+    topic_changes: str = "memory.changes"  # the public stream of memory changes (changes.py), key = user id
     # copies of each partition when `memwright topics` creates the topics: 3 on a production cluster,
     # so an acknowledged signal survives a broker; 1 only on a single-broker development stack
     topic_replication: int = 1

@@ -36,6 +36,8 @@ def topic_specs(settings: KafkaSettings, sweeper_app_id: str = "memwright-sweepe
         TopicSpec(
             settings.topic_changelog, 6, {"cleanup.policy": "compact", "min.compaction.lag.ms": "60000", **durable}
         ),
+        # key = user_id; the public change events (CloudEvents), kept a week like the signals
+        TopicSpec(settings.topic_changes, 6, {"retention.ms": str(WEEK_MS), **durable}),
         # faust's partition assignor topic for the sweeper app
         TopicSpec(f"{sweeper_app_id}-__assignor-__leader", 1, {"cleanup.policy": "compact"}),
     ]
@@ -48,6 +50,7 @@ def prefixed_topics(bootstrap: str, prefix: str) -> KafkaSettings:
         topic_signals=f"{prefix}.memory.signals",
         topic_dlq=f"{prefix}.memory.signals.dlq",
         topic_changelog=f"{prefix}.memory.changelog",
+        topic_changes=f"{prefix}.memory.changes",
     )
 
 
@@ -59,6 +62,7 @@ def isolated_env(kafka: KafkaSettings, prefix: str) -> dict[str, str]:
         "MEMWRIGHT_TOPIC_SIGNALS": kafka.topic_signals,
         "MEMWRIGHT_TOPIC_DLQ": kafka.topic_dlq,
         "MEMWRIGHT_TOPIC_CHANGELOG": kafka.topic_changelog,
+        "MEMWRIGHT_TOPIC_CHANGES": kafka.topic_changes,
         "MEMWRIGHT_SWEEPER_APP_ID": f"{prefix}-sweeper",
         "MEMWRIGHT_INDEXER_GROUP": f"{prefix}-indexer",
     }

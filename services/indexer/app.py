@@ -1,4 +1,4 @@
-"""indexer: relays the outbox to memory.changelog, applies the changelog to Qdrant, and checks
+"""indexer: relays the outbox to memory.changelog (and memory.changes), applies the changelog to Qdrant, and checks
 now and then that Qdrant still matches PostgreSQL (the drift gauges)."""
 
 from __future__ import annotations
@@ -50,7 +50,9 @@ async def relay_loop(
         sent = 0
         try:
             if producer.ready:
-                sent = await relay_once(pool, producer, settings.topic_changelog, settings.relay_batch)
+                sent = await relay_once(
+                    pool, producer, settings.topic_changelog, settings.relay_batch, settings.topic_changes
+                )
                 metrics.INDEXER_RELAYED.inc(sent)
                 failing.cleared()
             depth, age = await outbox_stats(pool)

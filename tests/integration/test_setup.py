@@ -42,13 +42,15 @@ async def test_topics_have_explicit_partitions_and_the_changelog_is_compacted(ka
     try:
         described = {
             t["topic"]: len(t["partitions"])
-            for t in await admin.describe_topics([kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog])
+            for t in await admin.describe_topics(
+                [kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog, kafka.topic_changes]
+            )
         }
         [config] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, kafka.topic_changelog)])
         [signals_config] = await admin.describe_configs([ConfigResource(ConfigResourceType.TOPIC, kafka.topic_signals)])
     finally:
         await admin.close()
-    assert described == {kafka.topic_signals: 6, kafka.topic_dlq: 3, kafka.topic_changelog: 6}
+    assert described == {kafka.topic_signals: 6, kafka.topic_dlq: 3, kafka.topic_changelog: 6, kafka.topic_changes: 6}
     entries = {c[0]: c[1] for c in config.resources[0][4]}
     assert entries["cleanup.policy"] == "compact"
     assert {c[0]: c[1] for c in signals_config.resources[0][4]}["min.insync.replicas"] == "1"

@@ -53,6 +53,7 @@ def test_the_llm_policy_needs_an_endpoint() -> None:
 def test_topics_are_created_with_the_configured_replication(replication: int, min_insync: str) -> None:
     kafka = KafkaSettings.from_env({"MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_TOPIC_REPLICATION": str(replication)})
     durable = {s.name: s.config["min.insync.replicas"] for s in topic_specs(kafka) if "min.insync.replicas" in s.config}
-    assert durable == dict.fromkeys([kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog], min_insync)
+    topics = [kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog, kafka.topic_changes]
+    assert durable == dict.fromkeys(topics, min_insync)
     with pytest.raises(SettingsError, match="MEMWRIGHT_TOPIC_REPLICATION=0 must be between 1 and 7"):
         KafkaSettings.from_env({"MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_TOPIC_REPLICATION": "0"})

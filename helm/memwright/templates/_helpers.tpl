@@ -143,6 +143,7 @@ MEMWRIGHT_KAFKA_BOOTSTRAP: {{ .Values.kafka.bootstrap | quote }}
 MEMWRIGHT_TOPIC_SIGNALS: {{ .Values.kafka.topics.signals | quote }}
 MEMWRIGHT_TOPIC_DLQ: {{ .Values.kafka.topics.dlq | quote }}
 MEMWRIGHT_TOPIC_CHANGELOG: {{ .Values.kafka.topics.changelog | quote }}
+MEMWRIGHT_TOPIC_CHANGES: {{ .Values.kafka.topics.changes | quote }}
 MEMWRIGHT_TOPIC_REPLICATION: {{ .Values.kafka.replication | quote }}
 {{- if not .Values.postgres.dsnFromSecret }}
 MEMWRIGHT_PG_DSN: {{ include "memwright.pgDsn" . | quote }}

@@ -158,12 +158,15 @@ SELECT $1, $2, unnest($3::text[]), $4
 ON CONFLICT DO NOTHING
 """
 
-AUDIT = """
-INSERT INTO memory_audit (memory_id, user_id, action, actor, run_id, before, after, evidence, reason)
-VALUES ($1, $2, $3, 'agent', $4, $5, $6, $7, $8)
+# the change's audit row (invariant 6) and the outbox row that announces it (invariant 9; memory.changes)
+AUDIT_AND_OUTBOX = """
+WITH audit AS (
+    INSERT INTO memory_audit (memory_id, user_id, action, actor, run_id, before, after, evidence, reason)
+    VALUES ($1, $2, $3, 'agent', $4, $5, $6, $7, $8)
+    RETURNING audit_id
+)
+INSERT INTO index_outbox (memory_id, user_id, audit_id) SELECT $1, $2, audit_id FROM audit
 """
-
-OUTBOX = "INSERT INTO index_outbox (memory_id, user_id) VALUES ($1, $2)"
 
 REFRESH_BACKLOG = """
 WITH pending AS (
@@ -210,8 +213,7 @@ async def _apply(conn: asyncpg.Connection, user_id: str, run_id: uuid.UUID, c: C
             raise StaleSnapshot(f"memory {mid} changed during the run")
     if c.evidence:
         await conn.execute(LINK_EVIDENCE, mid, user_id, c.evidence, run_id)
-    await conn.execute(AUDIT, mid, user_id, c.action, run_id, c.before, c.after, c.evidence, c.reason)
-    await conn.execute(OUTBOX, mid, user_id)
+    await conn.execute(AUDIT_AND_OUTBOX, mid, user_id, c.action, run_id, c.before, c.after, c.evidence, c.reason)
 
 
 async def commit_run(

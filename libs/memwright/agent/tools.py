@@ -17,13 +17,13 @@ Invariants enforced here (and again in PostgreSQL):
 from __future__ import annotations
 
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from typing import Any, Literal
 
 from memwright import metrics
 from memwright.agent import guard
-from memwright.agent.working import HYPOTHESES_MAX, HYPOTHESES_MAX_CHARS, WorkingMemory, hypothesis_id
+from memwright.agent.working import HYPOTHESES_MAX, HYPOTHESES_MAX_CHARS, Hypothesis, WorkingMemory, hypothesis_id
 from memwright.embeddings import cosine, hashing_embed
 
 MAX_MEMORY_CHARS = 500
@@ -181,10 +181,20 @@ class MemoryTools:
             return self._refuse("create_memory", self._budget_full_message(text))
         memory = Memory(str(uuid.uuid4()), "agent", kind, text.strip(), 1, sorted(set(evidence)))
         self.memories[memory.memory_id] = memory
-        self.changes.append(
-            Change("create", memory.memory_id, None, memory.snapshot(), memory.evidence, "new evidence")
-        )
+        held = self._held_in(evidence)
+        if held is None:
+            change = Change("create", memory.memory_id, None, memory.snapshot(), memory.evidence, "new evidence")
+        else:  # it graduated: its before-state is the hypothesis that held its messages
+            before = {"hypothesis": asdict(held)}
+            reason = f"graduated from hypothesis {held.id}"
+            change = Change("create", memory.memory_id, before, memory.snapshot(), memory.evidence, reason)
+        self.changes.append(change)
         return f"Created memory {memory.memory_id}."
+
+    def _held_in(self, evidence: list[str]) -> Hypothesis | None:
+        """The hypothesis in working memory that holds any of these messages, if one does."""
+        cited = set(evidence)
+        return next((h for h in self.working.hypotheses if cited & set(h.message_ids)), None)
 
     def update_memory(self, memory_id: str, text: str, evidence: list[str], reason: str) -> str:
         m = self.memories.get(memory_id)

@@ -235,7 +235,9 @@ async def run_pipeline(
         codes = procs.stop()
         _say(f"services stopped: {', '.join(f'{k}={v}' for k, v in codes.items())}")
         try:
-            await _delete_topics(kafka_bootstrap, [kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog])
+            await _delete_topics(
+                kafka_bootstrap, [kafka.topic_signals, kafka.topic_dlq, kafka.topic_changelog, kafka.topic_changes]
+            )
         except Exception as exc:  # the topics are this run's own; leaving them is harmless
             _say(f"could not delete the eval topics: {exc}")
 

@@ -3,7 +3,8 @@
 Erasure is one transaction that removes the user's memories, messages (the evidence
 store), evidence links, working memory, backlog and runs; resets the agent row and bumps
 its lease epoch so a run in flight is fenced (invariant 3); writes an index_outbox row for
-every memory id the user ever had, so the indexer deletes their vectors (invariant 9);
+every memory id the user ever had, so the indexer deletes their vectors (invariant 9), those of
+the memories erased now naming their 'erase' audit rows (announced on memory.changes);
 records the erasure in user_erasures; and turns the user's audit trail into content-free
 tombstones, plus one 'erase' tombstone per erased memory. Migration 0002 lets the audit
 trail change only that way and only in the transaction that recorded the erasure, and
@@ -135,9 +136,14 @@ UPDATE memory_audit SET before = NULL, after = NULL, evidence = '{}', reason = '
 WHERE user_id = $1 AND erased_at IS NULL  -- the 0002 trigger allows exactly this, after RECORD_ERASURE
 """
 
+# invariant 6: the erasure itself is audited, without content; memory.changes announces each erased memory
 AUDIT_ERASE = """
-INSERT INTO memory_audit (memory_id, user_id, action, actor, principal, erased_at)
-SELECT unnest($2::uuid[]), $1, 'erase', $3, $4, now()  -- invariant 6: the erasure itself is audited, without content
+WITH audit AS (
+    INSERT INTO memory_audit (memory_id, user_id, action, actor, principal, erased_at)
+    SELECT unnest($2::uuid[]), $1, 'erase', $3, $4, now()
+    RETURNING audit_id, memory_id
+)
+INSERT INTO index_outbox (memory_id, user_id, audit_id) SELECT memory_id, $1, audit_id FROM audit
 """
 
 
@@ -156,9 +162,10 @@ async def erase(conn: asyncpg.Connection, user_id: str, requested_by: str) -> di
             "backlog": _count(await conn.execute(DELETE_BACKLOG, user_id)),
             "runs": _count(await conn.execute(DELETE_RUNS, user_id)),
         }
-        indexed = sorted({*erased, *(r["memory_id"] for r in await conn.fetch(AUDITED_MEMORY_IDS, user_id))})
-        await conn.execute(OUTBOX_DELETES, user_id, indexed)
-        counts["vector_deletes_queued"] = len(indexed)
+        # the erased memories' outbox rows come with their 'erase' audit rows (AUDIT_ERASE, below)
+        gone = {*(r["memory_id"] for r in await conn.fetch(AUDITED_MEMORY_IDS, user_id))} - set(erased)
+        await conn.execute(OUTBOX_DELETES, user_id, sorted(gone))
+        counts["vector_deletes_queued"] = len(gone) + len(erased)
         counts["audit_rows_tombstoned"] = await conn.fetchval(COUNT_AUDIT_CONTENT, user_id)
         record = await conn.fetchrow(RECORD_ERASURE, user_id, requested_by, counts)
         await conn.execute(TOMBSTONE_AUDIT, user_id)

@@ -2,8 +2,8 @@
 memories, and delete a memory the agent wrote.
 
 Each change is one transaction that writes the memory, its audit row (actor 'user', with the
-token's subject as principal) and an index_outbox row, so the indexer follows (invariant 9),
-exactly like an agent run does (agent/run.py). A user-written memory changes only in a
+token's subject as principal) and an index_outbox row naming it, so the indexer follows (invariant 9)
+and memory.changes announces it, exactly like an agent run does (agent/run.py). A user-written memory changes only in a
 transaction that did SET LOCAL memwright.actor = 'user' (invariant 7, enforced by the
 memories_protect_user trigger); the agent's transactions never do. A memory the user writes
 passes the same guard as the agent's (invariant 11, agent/guard.py): refused with 400 and why.
@@ -60,12 +60,16 @@ RETURNING memory_id, author, kind, text, version, created_at, updated_at
 
 DELETE_MEMORY = "DELETE FROM memories WHERE memory_id = $1 AND user_id = $2"  # tenant isolation: user id in the key
 
-AUDIT = """
-INSERT INTO memory_audit (memory_id, user_id, action, actor, run_id, before, after, evidence, reason, principal)
-VALUES ($1, $2, $3, 'user', NULL, $4, $5, '{}', $6, $7)  -- invariant 6: every change is in the audit trail
+# the change's audit row and the outbox row that announces it (to the index and on memory.changes)
+AUDIT_AND_OUTBOX = """
+WITH audit AS (
+    INSERT INTO memory_audit (memory_id, user_id, action, actor, run_id, before, after, evidence, reason, principal)
+    VALUES ($1, $2, $3, 'user', NULL, $4, $5, '{}', $6, $7)  -- invariant 6: every change is in the audit trail
+    RETURNING audit_id
+)
+INSERT INTO index_outbox (memory_id, user_id, audit_id)
+SELECT $1, $2, audit_id FROM audit  -- invariant 9: the index follows
 """
-
-OUTBOX = "INSERT INTO index_outbox (memory_id, user_id) VALUES ($1, $2)"  # invariant 9: the index follows
 
 
 # ---- input: the same checks for every way a user writes (the api's routes, the MCP tools) ----------
@@ -138,8 +142,7 @@ async def create(
         if await conn.fetchval(COUNT_USER_WRITTEN, user_id) >= limit:
             raise WriteRefused(409, f"this user already wrote {limit} memories, the limit; edit or delete one instead")
         row = await conn.fetchrow(INSERT_USER_MEMORY, memory_id, user_id, kind, text)
-        await conn.execute(AUDIT, memory_id, user_id, "create", None, _snapshot(row), reason, principal)
-        await conn.execute(OUTBOX, memory_id, user_id)
+        await conn.execute(AUDIT_AND_OUTBOX, memory_id, user_id, "create", None, _snapshot(row), reason, principal)
     return _memory(row)
 
 
@@ -173,8 +176,9 @@ async def update(
             text if text is not None else current["text"],
             kind if kind is not None else current["kind"],
         )
-        await conn.execute(AUDIT, memory_id, user_id, "update", _snapshot(current), _snapshot(row), reason, principal)
-        await conn.execute(OUTBOX, memory_id, user_id)
+        await conn.execute(
+            AUDIT_AND_OUTBOX, memory_id, user_id, "update", _snapshot(current), _snapshot(row), reason, principal
+        )
     return _memory(row)
 
 
@@ -191,6 +195,5 @@ async def delete(
         await conn.execute(ACT_FOR_USER)
         current = await _current(conn, user_id, memory_id, expected_version)
         await conn.execute(DELETE_MEMORY, memory_id, user_id)
-        await conn.execute(AUDIT, memory_id, user_id, "delete", _snapshot(current), None, reason, principal)
-        await conn.execute(OUTBOX, memory_id, user_id)
+        await conn.execute(AUDIT_AND_OUTBOX, memory_id, user_id, "delete", _snapshot(current), None, reason, principal)
     return {"id": str(memory_id), "deleted": True, "author": current["author"], "version": current["version"]}
