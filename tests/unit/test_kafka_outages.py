@@ -141,7 +141,9 @@ async def test_a_send_given_up_by_its_caller_leaves_no_error_for_asyncio_to_log(
     class SlowProducer:  # answers each record later, like a broker that is away
         _sender = Sender()
 
-        async def send(self, topic: str, key: bytes | None = None, value: bytes | None = None) -> asyncio.Future[None]:
+        async def send(
+            self, topic: str, key: bytes | None = None, value: bytes | None = None, headers: object = None
+        ) -> asyncio.Future[None]:
             pending.append(loop.create_future())
             return pending[-1]
 
