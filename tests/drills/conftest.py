@@ -14,13 +14,14 @@ import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import pytest
 from memwright.auth import mint
-from memwright.localrun import ServiceProcesses, free_ports
+from memwright.localrun import SERVICES, ServiceProcesses, free_ports
 from memwright.settings import AuthSettings, KafkaSettings
 from memwright.store.migrate import create_database, drop_database
 from memwright.topics import ensure_topics, isolated_env, prefixed_topics
@@ -40,6 +41,7 @@ class PrivateStack:
     kafka_port: int
     controller_port: int
     pg_port: int
+    brokers: int = 1
 
     @property
     def env(self) -> dict[str, str]:
@@ -113,15 +115,18 @@ class Drill:
         return {"Authorization": f"Bearer {self.token}"}
 
 
-@pytest.fixture
-async def drill(private_stack: PrivateStack, tmp_path: Path) -> AsyncIterator[Drill]:
-    """A fresh database and topics on the private stack, and the five services running on them."""
-    private_stack.start()  # idempotent: a drill that failed half-way may have left a part stopped
+@asynccontextmanager
+async def running(
+    stack: PrivateStack, tmp_path: Path, names: tuple[str, ...] = SERVICES, extra_env: dict[str, str] | None = None
+) -> AsyncIterator[Drill]:
+    """A fresh database and topics on `stack`, and the services `names` running on them (a name
+    `sweeper:2` is a second sweeper: each instance gets its own data folder)."""
+    stack.start()  # idempotent: a drill that failed half-way may have left a part stopped
     tag = uuid.uuid4().hex[:8]
     database = f"drill_{tag}"
-    dsn = await create_database(private_stack.admin_dsn, database)
+    dsn = await create_database(stack.admin_dsn, database)
     prefix = f"d{tag}"
-    kafka = prefixed_topics(private_stack.bootstrap, prefix)
+    kafka = prefixed_topics(stack.bootstrap, prefix, replication=stack.brokers)
     await ensure_topics(kafka, sweeper_app_id=f"{prefix}-sweeper")
     env = {
         **isolated_env(kafka, prefix),
@@ -133,17 +138,26 @@ async def drill(private_stack: PrivateStack, tmp_path: Path) -> AsyncIterator[Dr
         "MEMWRIGHT_LEASE_SECONDS": str(LEASE_SECONDS),
         "MEMWRIGHT_QDRANT_PATH": str(tmp_path / "qdrant"),
         "MEMWRIGHT_LOG_LEVEL": "info",
+        **(extra_env or {}),
     }
     procs = ServiceProcesses(env, tmp_path / "logs")
-    procs.start()
+    for name in names:
+        procs.start(name, extra_env={"MEMWRIGHT_SWEEPER_DATA_DIR": str(tmp_path / name.replace(":", "-"))})
     pool = await asyncpg.create_pool(dsn, min_size=0, max_size=4)  # min 0: no reconnect noise while PostgreSQL is down
     assert pool is not None
     try:
         await procs.wait_ready(timeout=120)
         token = mint(AuthSettings(jwt_secret=JWT_SECRET), "service:drills", ["signals:write", "memories:read"])
-        yield Drill(private_stack, procs, dsn, kafka, token, pool)
+        yield Drill(stack, procs, dsn, kafka, token, pool)
     finally:
         await pool.close()
         procs.stop()
-        private_stack.start()  # leave the stack whole for the next drill
-        await drop_database(private_stack.admin_dsn, database)
+        stack.start()  # leave the stack whole for the next drill
+        await drop_database(stack.admin_dsn, database)
+
+
+@pytest.fixture
+async def drill(private_stack: PrivateStack, tmp_path: Path) -> AsyncIterator[Drill]:
+    """A fresh database and topics on the private stack, and the five services running on them."""
+    async with running(private_stack, tmp_path) as drill:
+        yield drill
