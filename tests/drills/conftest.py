@@ -9,12 +9,14 @@ Each drill gets a fresh database, fresh topics and the five services as processe
 from __future__ import annotations
 
 import os
+import random
 import shutil
+import socket
 import subprocess
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,7 @@ LEASE_SECONDS = 10  # a SIGKILLed curator's users are taken over when its lease 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "drills: fault drills against a private Kafka + PostgreSQL (tests/drills)")
+    config.addinivalue_line("markers", "cluster: drills on a private three-broker Kafka (its start adds ~1 min)")
 
 
 @dataclass
@@ -42,6 +45,7 @@ class PrivateStack:
     controller_port: int
     pg_port: int
     brokers: int = 1
+    own_postgres: bool = True  # False: Kafka only, PostgreSQL is another stack's
 
     @property
     def env(self) -> dict[str, str]:
@@ -50,17 +54,25 @@ class PrivateStack:
             "MEMWRIGHT_KAFKA_PORT": str(self.kafka_port),
             "MEMWRIGHT_KAFKA_CONTROLLER_PORT": str(self.controller_port),
             "MEMWRIGHT_PG_PORT": str(self.pg_port),
+            "MEMWRIGHT_KAFKA_BROKERS": str(self.brokers),
         }
 
     @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.kafka_port}"
+        """Every broker (stack.sh puts node n on the first port + 2(n-1))."""
+        return ",".join(f"127.0.0.1:{self.kafka_port + 2 * n}" for n in range(self.brokers))
+
+    def broker_pid(self, node: int) -> int:
+        folder = self.local_dir / ("kafka" if node == 1 else f"kafka-{node}")
+        return int((folder / "kafka.pid").read_text())
 
     @property
     def admin_dsn(self) -> str:
         return f"postgresql://memwright:memwright@127.0.0.1:{self.pg_port}/memwright"
 
     def _stack(self, command: str, component: str = "all") -> None:
+        if component == "all" and not self.own_postgres:
+            component = "kafka"
         done = subprocess.run(
             [str(STACK), command, component],
             env={**os.environ, **self.env},
@@ -79,15 +91,17 @@ class PrivateStack:
         self._stack("stop", component)
 
 
-@pytest.fixture(scope="session")
-def private_stack() -> Iterator[PrivateStack]:
+def _state_folder() -> Path:
     local = Path(tempfile.mkdtemp(prefix="memwright-drills-"))
     local.chmod(0o755)  # PostgreSQL runs as the postgres user when we are root: it must reach its folder
     cache = ROOT / ".local" / "cache"
     cache.mkdir(parents=True, exist_ok=True)
     (local / "cache").symlink_to(cache)  # the Kafka jars, fetched once for every stack
-    kafka, controller, pg = free_ports(3)
-    stack = PrivateStack(local, kafka, controller, pg)
+    return local
+
+
+@contextmanager
+def _started(stack: PrivateStack) -> Iterator[PrivateStack]:
     try:
         stack.start()
         yield stack
@@ -95,7 +109,40 @@ def private_stack() -> Iterator[PrivateStack]:
         try:
             stack.stop()
         finally:
-            shutil.rmtree(local, ignore_errors=True)
+            shutil.rmtree(stack.local_dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def private_stack() -> Iterator[PrivateStack]:
+    kafka, controller, pg = free_ports(3)
+    with _started(PrivateStack(_state_folder(), kafka, controller, pg)) as stack:
+        yield stack
+
+
+def _free_port_run(count: int) -> int:
+    """The first of `count` consecutive ports that are all free on 127.0.0.1."""
+    for _ in range(200):
+        first = random.randrange(20000, 60000, 2)
+        sockets = [socket.socket() for _ in range(count)]
+        try:
+            for i, s in enumerate(sockets):
+                s.bind(("127.0.0.1", first + i))
+            return first
+        except OSError:
+            continue
+        finally:
+            for s in sockets:
+                s.close()
+    raise RuntimeError(f"no {count} consecutive free ports found")
+
+
+@pytest.fixture(scope="session")
+def kafka_cluster(private_stack: PrivateStack) -> Iterator[PrivateStack]:
+    """A private three-broker Kafka (stack.sh --brokers 3) beside the private stack's PostgreSQL."""
+    first = _free_port_run(6)
+    cluster = PrivateStack(_state_folder(), first, first + 1, private_stack.pg_port, brokers=3, own_postgres=False)
+    with _started(cluster) as stack:
+        yield stack
 
 
 @dataclass
@@ -117,10 +164,15 @@ class Drill:
 
 @asynccontextmanager
 async def running(
-    stack: PrivateStack, tmp_path: Path, names: tuple[str, ...] = SERVICES, extra_env: dict[str, str] | None = None
+    stack: PrivateStack,
+    tmp_path: Path,
+    names: tuple[str, ...] = SERVICES,
+    extra_env: dict[str, str] | None = None,
+    restore: bool = True,
 ) -> AsyncIterator[Drill]:
     """A fresh database and topics on `stack`, and the services `names` running on them (a name
-    `sweeper:2` is a second sweeper: each instance gets its own data folder)."""
+    `sweeper:2` is a second sweeper: each instance gets its own data folder). With `restore`, a
+    part of the stack the drill stopped is started again at the end, for the next drill."""
     stack.start()  # idempotent: a drill that failed half-way may have left a part stopped
     tag = uuid.uuid4().hex[:8]
     database = f"drill_{tag}"
@@ -131,6 +183,7 @@ async def running(
     env = {
         **isolated_env(kafka, prefix),
         "MEMWRIGHT_SWEEPER_DATA_DIR": str(tmp_path / "sweeper"),
+        "MEMWRIGHT_TOPIC_REPLICATION": str(stack.brokers),
         "MEMWRIGHT_PG_DSN": dsn,
         "MEMWRIGHT_JWT_SECRET": JWT_SECRET,
         "MEMWRIGHT_WINDOW_SECONDS": "1",
@@ -152,7 +205,8 @@ async def running(
     finally:
         await pool.close()
         procs.stop()
-        stack.start()  # leave the stack whole for the next drill
+        if restore:
+            stack.start()  # leave the stack whole for the next drill
         await drop_database(stack.admin_dsn, database)
 
 
