@@ -1,7 +1,12 @@
 """Sweepers join and leave their consumer group under load: three sweepers share the six
 partitions of the signals topic, a fourth joins, then one is SIGKILLed. Every acknowledged signal
 is swept exactly once (one evidence row, one backlog entry per user from its oldest signal), and
-the drill prints the rebalance pauses: how long signals waited to be swept around each change."""
+the drill prints the rebalance pauses: how long signals waited to be swept around each change.
+
+Six chatty users post between the quiet ones, and for the few seconds before the kill PostgreSQL
+refuses the quiet users' rows (as a lock held elsewhere would): the chatty users' windows are
+written around unwritten quiet signals of the same partitions, the case where a sweeper that
+acked out of offset order committed past a signal it had not stored, and lost it in the crash."""
 
 from __future__ import annotations
 
@@ -15,11 +20,15 @@ import pytest
 
 from tests.drills.conftest import Drill, PrivateStack, running
 from tests.drills.helpers import Poster, assert_ready, assert_swept_exactly_once
+from tests.integration.helpers import allow_messages_sql, refuse_messages_sql
 
 pytestmark = [pytest.mark.drills, pytest.mark.timeout(300)]
 
 SESSION_TIMEOUT_SECONDS = 6  # the broker's minimum: a SIGKILLed sweeper's partitions wait this long
 SWEEPERS = ("sweeper:1", "sweeper:2", "sweeper:3")
+REFUSE_QUIET = refuse_messages_sql("drill_refuse_quiet", "NEW.user_id LIKE 'g-%'")
+ALLOW_QUIET = allow_messages_sql("drill_refuse_quiet")
+REFUSED_SECONDS = 3.5  # long enough for a few offset commits while the quiet windows wait
 
 
 @pytest.fixture
@@ -55,7 +64,9 @@ async def replays(drill: Drill, names: list[str]) -> int:
 
 
 async def test_sweepers_joining_and_dying_under_load_sweep_every_acknowledged_signal_once(group: Drill) -> None:
-    users = [f"g-{i}" for i in range(60)]
+    quiet = [f"g-{i}" for i in range(60)]
+    chatty = [f"c-{i}" for i in range(6)]
+    users = [u for i, q in enumerate(quiet) for u in (q, chatty[i % len(chatty)])]  # a chatty user every other post
     poster = Poster(group, users, rate=40)
     stop = asyncio.Event()
     posting = asyncio.create_task(poster.run(stop))
@@ -63,9 +74,15 @@ async def test_sweepers_joining_and_dying_under_load_sweep_every_acknowledged_si
         await asyncio.sleep(6)
         joined = time.time()
         group.procs.start("sweeper:4", extra_env={"MEMWRIGHT_SWEEPER_DATA_DIR": str(group.procs.log_dir / "s4")})
-        await asyncio.sleep(10)
-        killed = time.time()
-        group.procs.kill("sweeper:1")  # SIGKILL: it never leaves the group, its session has to expire
+        await asyncio.sleep(8)
+        refused = time.time()
+        await group.pool.execute(REFUSE_QUIET)  # the quiet users' windows wait for a retry...
+        try:
+            await asyncio.sleep(REFUSED_SECONDS)
+            killed = time.time()
+            group.procs.kill("sweeper:1")  # ...when this one is SIGKILLed: it never leaves the group
+        finally:
+            await group.pool.execute(ALLOW_QUIET)
         await asyncio.sleep(SESSION_TIMEOUT_SECONDS + 10)
         ended = time.time()
     finally:
@@ -89,11 +106,12 @@ async def test_sweepers_joining_and_dying_under_load_sweep_every_acknowledged_si
     await assert_ready(group)
 
     steady = await longest_wait(group, users, joined - 4, joined - 1)
-    join = await longest_wait(group, users, joined - 1, killed - 1)
+    join = await longest_wait(group, users, joined - 1, refused - 1)
     kill = await longest_wait(group, users, killed - 1, ended)
     again = await replays(group, ["sweeper:2", "sweeper:3", "sweeper:4"])
     print(
         f"\nsweeper group drill: {len(poster.acked())} signals acknowledged and swept once; longest wait to be swept: "
         f"steady {steady} s, around the join {join} s, around the SIGKILL {kill} s "
-        f"(session timeout {SESSION_TIMEOUT_SECONDS} s, window 1 s); {again} re-delivered signals found stored"
+        f"(session timeout {SESSION_TIMEOUT_SECONDS} s, window 1 s, quiet users refused {REFUSED_SECONDS} s before "
+        f"the kill); {again} re-delivered signals found stored"
     )

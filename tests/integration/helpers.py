@@ -54,3 +54,19 @@ async def read_topic(kafka: KafkaSettings, topic: str, expected: int, timeout: f
     finally:
         await consumer.stop()
     return records
+
+
+def refuse_messages_sql(name: str, condition: str) -> str:
+    """SQL for a trigger that refuses inserts into messages where `condition` holds (on NEW), as
+    PostgreSQL does for a row lock it cannot take: the sweeper keeps those windows for a retry."""
+    return f"""
+CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'refused for a while (test)' USING ERRCODE = 'lock_not_available';
+END $$;
+CREATE TRIGGER {name} BEFORE INSERT ON messages FOR EACH ROW WHEN ({condition}) EXECUTE FUNCTION {name}();
+"""
+
+
+def allow_messages_sql(name: str) -> str:
+    return f"DROP TRIGGER IF EXISTS {name} ON messages; DROP FUNCTION IF EXISTS {name}();"

@@ -23,6 +23,7 @@ from memwright.localrun import ServiceProcesses
 from memwright.topics import ensure_topics, isolated_env, prefixed_topics
 
 from tests.e2e.helpers import eventually
+from tests.integration.helpers import allow_messages_sql, refuse_messages_sql
 
 
 async def committed(bootstrap: str, group: str, topic: str, partition: int) -> int:
@@ -91,15 +92,8 @@ async def test_a_crash_after_a_later_window_is_written_loses_no_earlier_signal_o
         procs.stop()
 
 
-REFUSE_XAVI = """
-CREATE OR REPLACE FUNCTION test_refuse_xavi() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    RAISE EXCEPTION 'xavi''s row is locked (test)' USING ERRCODE = 'lock_not_available';
-END $$;
-CREATE TRIGGER test_refuse_xavi BEFORE INSERT ON messages
-    FOR EACH ROW WHEN (NEW.user_id = 'xavi') EXECUTE FUNCTION test_refuse_xavi();
-"""
-ALLOW_XAVI = "DROP TRIGGER IF EXISTS test_refuse_xavi ON messages; DROP FUNCTION IF EXISTS test_refuse_xavi();"
+REFUSE_XAVI = refuse_messages_sql("test_refuse_xavi", "NEW.user_id = 'xavi'")
+ALLOW_XAVI = allow_messages_sql("test_refuse_xavi")
 
 
 async def _at_least(value: Awaitable[int], floor: int) -> bool:
