@@ -10,7 +10,9 @@ Users have 40 memories each (half agent-, half user-written, some longer than a 
 - how the api answered (memwright_api_context_reads_total on its ops port: not_modified, hit,
   miss), so a figure for 304s or cached reads is known to be one;
 - the api process's CPU time per answer (/proc/<pid>/stat), which a busy machine disturbs far
-  less than it disturbs rates and latencies.
+  less than it disturbs rates and latencies;
+- by memory count: users with 0, 10 and 40 memories at one fixed load, 200s and 304s, each beside
+  the raw SELECT for the same users at the same load.
 
 Only the api runs in this phase; it needs no Kafka.
 """
@@ -64,21 +66,29 @@ class ContextConfig:
     warmup_s: float = 2.0
     ceiling_s: float = 6.0
     ceiling_concurrency: int = 32
+    memory_counts: tuple[int, ...] = (0, 10, 40)
+    by_memories_rate: float = 500.0
 
 
-def _user(i: int, users: int) -> str:
-    return f"ctx{i % users}"
+def _users(users: int, memories: int = 40) -> list[str]:
+    """The bench's users with `memories` memories each (the 40-memory ones keep their old names)."""
+    return [f"ctx{i}" if memories == 40 else f"ctx{memories}m{i}" for i in range(users)]
 
 
 def _api_sender(
-    http: aiohttp.ClientSession, url: str, stack: BenchStack, users: int, etags: dict[str, str] | None, expect: int
+    http: aiohttp.ClientSession,
+    url: str,
+    stack: BenchStack,
+    users: list[str],
+    etags: dict[str, str] | None,
+    expect: int,
 ) -> Callable[[int], Awaitable[int]]:
     auth = stack.auth()
-    headers = {u: {**auth, **({"If-None-Match": etags[u]} if etags else {})} for u in _users(users)}
-    urls = {u: yarl.URL(f"{url}/v1/users/{u}/context", encoded=True) for u in _users(users)}  # parsed once
+    headers = {u: {**auth, **({"If-None-Match": etags[u]} if etags else {})} for u in users}
+    urls = {u: yarl.URL(f"{url}/v1/users/{u}/context", encoded=True) for u in users}  # parsed once
 
     async def send(i: int) -> int:
-        user = _user(i, users)
+        user = users[i % len(users)]
         async with http.get(urls[user], headers=headers[user]) as r:
             await r.read()
             return 1 if r.status == expect else 0
@@ -86,16 +96,49 @@ def _api_sender(
     return send
 
 
-def _users(users: int) -> list[str]:
-    return [_user(i, users) for i in range(users)]
-
-
-def _raw_sender(pool: asyncpg.Pool, users: int) -> Callable[[int], Awaitable[int]]:
+def _raw_sender(pool: asyncpg.Pool, users: list[str], memories: int = 40) -> Callable[[int], Awaitable[int]]:
     async def send(i: int) -> int:
-        rows = await pool.fetch(RAW_SELECT, _user(i, users))
-        return 1 if rows else 0
+        rows = await pool.fetch(RAW_SELECT, users[i % len(users)])
+        return 1 if len(rows) == memories else 0
 
     return send
+
+
+async def _etags(
+    http: aiohttp.ClientSession, url: str, stack: BenchStack, users: list[str], memories: int
+) -> dict[str, str]:
+    etags: dict[str, str] = {}
+    for user in users:
+        async with http.get(f"{url}/v1/users/{user}/context", headers=stack.auth()) as r:
+            body = await r.json()
+            assert r.status == 200 and body["memory_count"] == memories, (r.status, body)
+            etags[user] = r.headers["ETag"]
+    return etags
+
+
+async def _by_memories(
+    http: aiohttp.ClientSession, url: str, pid: int, stack: BenchStack, raw_pool: asyncpg.Pool, cfg: ContextConfig,
+    say: Callable[[str], None],
+) -> list[dict[str, Any]]:  # fmt: skip
+    """200s and 304s at one fixed load for users of 0, 10 and 40 memories, each beside the raw SELECT
+    (and the api's CPU per answer, which a busy machine disturbs far less than latencies)."""
+    rate = cfg.by_memories_rate
+    say(f"context: by memory count, {cfg.users} users each, {rate:g} req/s")
+    out = []
+    for memories in cfg.memory_counts:
+        users = _users(cfg.users, memories)
+        etags = await _etags(http, url, stack, users, memories)
+        raw = _raw_sender(raw_pool, users, memories)
+        base = await open_loop(raw, rate, cfg.duration_s)
+        row: dict[str, Any] = {"memories": memories, "raw": base.summary()}
+        for mode, tags, expect in (("200", None, 200), ("304", etags, 304)):
+            cpu = cpu_seconds(pid)
+            got = await open_loop(_api_sender(http, url, stack, users, tags, expect), rate, cfg.duration_s)
+            cpu_ms = _per_answer(cpu_seconds(pid) - cpu, got)
+            row[mode] = {**got.summary(), "api_cpu_ms": cpu_ms}
+            say(_line(f"{memories} memories, {mode}s", got, base) + f"   [api CPU {cpu_ms} ms each]")
+        out.append(row)
+    return out
 
 
 def _line(label: str, api: LoadResult, raw: LoadResult) -> str:
@@ -129,6 +172,9 @@ async def run(stack: BenchStack, cfg: ContextConfig, say: Callable[[str], None])
     try:
         for user in _users(cfg.users):
             await seed.execute(SEED, user, list(PHRASES), cfg.memories)
+        for memories in set(cfg.memory_counts) - {cfg.memories, 0}:
+            for user in _users(cfg.users, memories):
+                await seed.execute(SEED, user, list(PHRASES), memories)
     finally:
         await seed.close()
     procs = stack.services(None, "context")
@@ -156,9 +202,10 @@ async def run(stack: BenchStack, cfg: ContextConfig, say: Callable[[str], None])
                 f"~{body['token_estimate']} tokens); one api process vs the raw SELECT through asyncpg "
                 f"(pool of {pool_max} in the bench process), open loop"
             )
-            full = _api_sender(http, url, stack, cfg.users, None, 200)
-            conditional = _api_sender(http, url, stack, cfg.users, etags, 304)
-            raw = _raw_sender(raw_pool, cfg.users)
+            users = _users(cfg.users)
+            full = _api_sender(http, url, stack, users, None, 200)
+            conditional = _api_sender(http, url, stack, users, etags, 304)
+            raw = _raw_sender(raw_pool, users)
             # Warm-up, not counted, at each path's highest measured rate: the client's connection pool
             # grows to what that rate needs (new TCP connections to the api slowed the first seconds of
             # the first point by hundreds of ms), and the statement caches fill.
@@ -185,11 +232,12 @@ async def run(stack: BenchStack, cfg: ContextConfig, say: Callable[[str], None])
                             "api_cpu_ms": cpu_ms,
                         }
                     )
+            by_memories = await _by_memories(http, url, pid, stack, raw_pool, cfg, say)
             say(f"context: ceilings, closed loop with {cfg.ceiling_concurrency} concurrent clients")
             ceilings: dict[str, Any] = {}
             raw_ceiling = await closed_loop(raw, cfg.ceiling_concurrency, cfg.ceiling_s)
             ceilings["raw_select"] = {"rps": round(raw_ceiling.achieved_rps, 1), **_p(raw_ceiling)}
-            nocache = _api_sender(http, uncached.url("api"), stack, cfg.users, None, 200)
+            nocache = _api_sender(http, uncached.url("api"), stack, users, None, 200)
             nocache_pid = uncached.procs["api"].pid
             for name, send, api_pid in (
                 ("200", full, pid),
@@ -222,6 +270,7 @@ async def run(stack: BenchStack, cfg: ContextConfig, say: Callable[[str], None])
             "memories_per_user": cfg.memories,
             "block_chars": block_chars,
             "points": points,
+            "by_memories": by_memories,
             "ceilings": ceilings,
             "context_vs_raw_ratio": ceilings["200"]["ratio"],
             "rss_load_mb": round(rss_load / 2**20, 1),

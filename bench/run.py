@@ -5,8 +5,8 @@ line, one JSON object with every figure.
     eval "$(deploy/local/stack.sh env)"          # or let `make bench` start the stack
     .venv/bin/python -m bench.run                 # a few minutes
     .venv/bin/python -m bench.run --quick         # shorter loads, 10 s long window: a smoke run
-    .venv/bin/python -m bench.run --only ingest   # one part: ingest, context, pipeline, curator, window,
-                                                  # embedder, classifier or index
+    .venv/bin/python -m bench.run --only ingest   # one part: ingest, context, sweeper, pipeline, curator,
+                                                  # window, embedder, classifier or index
 
 The bench uses its own database (memwright_bench_<run>) and Kafka topics (b<run>...) on the
 stack named by MEMWRIGHT_PG_DSN / MEMWRIGHT_KAFKA_BOOTSTRAP, and removes them at the end.
@@ -27,10 +27,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from bench import classifier, context, curation, embedder, index, ingest, pipeline
+from bench import classifier, context, curation, embedder, index, ingest, pipeline, sweeper
 from bench.harness import BenchStack
 
-PARTS = ("ingest", "context", "pipeline", "curator", "window", "embedder", "classifier", "index")
+PARTS = ("ingest", "context", "sweeper", "pipeline", "curator", "window", "embedder", "classifier", "index")
 
 
 def say(line: str) -> None:
@@ -94,6 +94,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
             )
             report["context"] = await context.run(stack, cfg_x, say)
             report["context_vs_raw_ratio"] = report["context"]["context_vs_raw_ratio"]
+        if "sweeper" in parts:
+            cfg_s = sweeper.SweeperConfig(signals=15_000 if quick else 60_000, users=500 if quick else 2_000)
+            report["sweeper"] = await sweeper.run(stack, cfg_s, say)
         if {"pipeline", "curator", "window"} & set(parts):
             cfg_p = pipeline.PipelineConfig(
                 latency_samples=12 if quick else 30,

@@ -2,6 +2,7 @@
 # deploy/local/stack.sh - run memwright's backing services locally, without Docker.
 #
 #   deploy/local/stack.sh start    # start Kafka (KRaft, single node) + PostgreSQL
+#   deploy/local/stack.sh start --brokers 3   # Kafka as a three-node KRaft cluster (also MEMWRIGHT_KAFKA_BROKERS=3)
 #   deploy/local/stack.sh stop     # stop both (fine when already stopped)
 #   deploy/local/stack.sh stop kafka   # (or postgres) one component only; same for start
 #   deploy/local/stack.sh status   # print state; exit 0 only if both are running
@@ -16,6 +17,10 @@
 #   MEMWRIGHT_KAFKA_PORT  Kafka broker port        (default: 39092)
 #                         Kafka controller port is  MEMWRIGHT_KAFKA_CONTROLLER_PORT (default: 39093)
 #   MEMWRIGHT_PG_PORT     PostgreSQL port          (default: 35432)
+#   MEMWRIGHT_KAFKA_BROKERS  1 or 3 Kafka nodes    (default: 1, or what the state folder was made with)
+#                         node n > 1 listens on MEMWRIGHT_KAFKA_PORT + 2(n-1), its controller on
+#                         MEMWRIGHT_KAFKA_CONTROLLER_PORT + 2(n-1); with 3 nodes topics get 3 replicas
+#                         and min.insync.replicas 2, and `env` names all three brokers
 #
 # Needs: bash, Java 17+, Maven (first start only, to fetch the Kafka jars from
 # Maven Central), PostgreSQL from Debian's packages (installed with apt-get
@@ -45,6 +50,8 @@ PG_APP_USER=memwright
 PG_APP_PASSWORD=memwright
 PG_APP_DB=memwright
 PG_TEST_DB=memwright_test
+
+KAFKA_BROKERS="${MEMWRIGHT_KAFKA_BROKERS:-}"             # resolved in init_dirs (flag, env, state folder, 1)
 
 # Derived paths (made absolute once LOCAL_DIR exists, see init_dirs).
 KAFKA_DIR="$LOCAL_DIR/kafka"
@@ -103,6 +110,50 @@ init_dirs() {
     PG_SOCKET_DIR="$PG_DIR/run"; PG_PWFILE="$PG_DIR/superuser.pw"
     ENV_FILE="$LOCAL_DIR/env"; LOCK_FILE="$LOCAL_DIR/stack.lock"
     mkdir -p "$KAFKA_DIR" "$PG_DIR" "$LOCAL_DIR/cache"
+    kafka_node 1
+}
+
+# How many Kafka nodes: --brokers / MEMWRIGHT_KAFKA_BROKERS, else what the state folder was
+# formatted with, else 1. A formatted folder cannot change its count (the KRaft quorum is in it):
+# `start` refuses a different count; stop, status and env use the folder's own.
+kafka_resolve_brokers() {
+    local made=""
+    if [[ -f "$LOCAL_DIR/kafka/brokers" ]]; then made="$(cat "$LOCAL_DIR/kafka/brokers")"
+    elif [[ -f "$LOCAL_DIR/kafka/data/meta.properties" ]]; then made=1; fi   # formatted before the count was kept
+    if [[ "${1:-}" != strict && -n "$made" ]]; then KAFKA_BROKERS="$made"; fi
+    [[ -n "$KAFKA_BROKERS" ]] || KAFKA_BROKERS="${made:-1}"
+    [[ "$KAFKA_BROKERS" == 1 || "$KAFKA_BROKERS" == 3 ]] \
+        || die "MEMWRIGHT_KAFKA_BROKERS (or --brokers) must be 1 or 3, not '$KAFKA_BROKERS'"
+    if [[ -n "$made" && "$made" != "$KAFKA_BROKERS" ]]; then
+        die "the Kafka data in $LOCAL_DIR was made for $made broker(s), not $KAFKA_BROKERS; run '$0 stop' and remove $LOCAL_DIR/kafka* (or use another MEMWRIGHT_LOCAL_DIR)"
+    fi
+}
+
+# kafka_node N: point the KAFKA_* paths and ports at node N (node 1 keeps the single-node paths).
+KAFKA_NODE=1
+kafka_node() {
+    KAFKA_NODE="$1"
+    local suffix=""
+    if (( KAFKA_NODE > 1 )); then suffix="-$KAFKA_NODE"; fi
+    KAFKA_DIR="$LOCAL_DIR/kafka$suffix";   KAFKA_DATA="$KAFKA_DIR/data"
+    KAFKA_PROPS="$KAFKA_DIR/server.properties"; KAFKA_LOG4J="$KAFKA_DIR/log4j.properties"
+    KAFKA_LOG="$KAFKA_DIR/server.log"; KAFKA_OUT="$KAFKA_DIR/kafka.out"
+    KAFKA_PID="$KAFKA_DIR/kafka.pid"
+    NODE_PORT=$(( KAFKA_PORT + 2 * (KAFKA_NODE - 1) ))
+    NODE_CONTROLLER_PORT=$(( KAFKA_CONTROLLER_PORT + 2 * (KAFKA_NODE - 1) ))
+}
+
+kafka_name() {
+    if (( KAFKA_BROKERS > 1 )); then echo "kafka node $KAFKA_NODE"; else echo kafka; fi
+}
+
+# All brokers' addresses, comma-separated (the bootstrap list).
+kafka_bootstrap() {
+    local n list=""
+    for (( n = 1; n <= KAFKA_BROKERS; n++ )); do
+        list+="${list:+,}$HOST:$(( KAFKA_PORT + 2 * (n - 1) ))"
+    done
+    echo "$list"
 }
 
 # Serialise concurrent start/stop calls (e.g. two terminals, parallel CI steps).
@@ -118,15 +169,16 @@ take_lock() {
 # Environment for the application
 # ---------------------------------------------------------------------------
 print_env() {
+    if (( KAFKA_BROKERS > 1 )); then echo "export MEMWRIGHT_TOPIC_REPLICATION=$KAFKA_BROKERS"; fi
     cat <<EOF
-export MEMWRIGHT_KAFKA_BOOTSTRAP=$HOST:$KAFKA_PORT
+export MEMWRIGHT_KAFKA_BOOTSTRAP=$(kafka_bootstrap)
 export MEMWRIGHT_PG_DSN=postgresql://$PG_APP_USER:$PG_APP_PASSWORD@$HOST:$PG_PORT/$PG_APP_DB
 export MEMWRIGHT_TEST_PG_DSN=postgresql://$PG_APP_USER:$PG_APP_PASSWORD@$HOST:$PG_PORT/$PG_TEST_DB
 EOF
 }
 
 # ===========================================================================
-# Kafka (KRaft, single node acting as broker and controller)
+# Kafka (KRaft: one node, or three, each acting as broker and controller)
 # ===========================================================================
 
 # kafka_pid: print the pid of our running Kafka, or fail. A pid file whose
@@ -181,26 +233,35 @@ kafka_cluster_id() {
 # (Re)write server.properties and log4j.properties; cheap, so done on every
 # start, which also applies changed ports.
 kafka_write_config() {
+    local voters="" n
+    for (( n = 1; n <= KAFKA_BROKERS; n++ )); do
+        voters+="${voters:+,}$n@$HOST:$(( KAFKA_CONTROLLER_PORT + 2 * (n - 1) ))"
+    done
+    local isr=1 session_ms=9000                     # Kafka's default session
+    if (( KAFKA_BROKERS > 1 )); then isr=2; session_ms=6000; fi  # acks=all needs 2 of 3; fail over sooner
     cat >"$KAFKA_PROPS" <<EOF
 # Generated by deploy/local/stack.sh on every start - edit the script, not this file.
-# Single-node KRaft: this process is both broker and controller.
+# KRaft node $KAFKA_NODE of $KAFKA_BROKERS: this process is both broker and controller.
 process.roles=broker,controller
-node.id=1
-controller.quorum.voters=1@$HOST:$KAFKA_CONTROLLER_PORT
+node.id=$KAFKA_NODE
+controller.quorum.voters=$voters
 
-listeners=PLAINTEXT://$HOST:$KAFKA_PORT,CONTROLLER://$HOST:$KAFKA_CONTROLLER_PORT
-advertised.listeners=PLAINTEXT://$HOST:$KAFKA_PORT
+listeners=PLAINTEXT://$HOST:$NODE_PORT,CONTROLLER://$HOST:$NODE_CONTROLLER_PORT
+advertised.listeners=PLAINTEXT://$HOST:$NODE_PORT
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 inter.broker.listener.name=PLAINTEXT
 controller.listener.names=CONTROLLER
 
 log.dirs=$KAFKA_DATA
 num.partitions=6
-default.replication.factor=1
-min.insync.replicas=1
-offsets.topic.replication.factor=1
-transaction.state.log.replication.factor=1
-transaction.state.log.min.isr=1
+default.replication.factor=$KAFKA_BROKERS
+min.insync.replicas=$isr
+offsets.topic.replication.factor=$KAFKA_BROKERS
+transaction.state.log.replication.factor=$KAFKA_BROKERS
+transaction.state.log.min.isr=$isr
+# A dead node is fenced (its partitions led elsewhere, and it leaves the ISR) after this long.
+broker.session.timeout.ms=$session_ms
+broker.heartbeat.interval.ms=1000
 # Topics are created explicitly by the application.
 auto.create.topics.enable=false
 # No waiting for more consumers to join before the first rebalance (tests).
@@ -238,102 +299,162 @@ kafka_format() {
         kafka.tools.StorageTool format --ignore-formatted \
         -t "$(kafka_cluster_id)" -c "$KAFKA_PROPS" >>"$KAFKA_OUT" 2>&1 \
         || { tail -n 20 "$KAFKA_OUT" >&2; die "kafka storage format failed (see $KAFKA_OUT)"; }
+    echo "$KAFKA_BROKERS" >"$LOCAL_DIR/kafka/brokers"
 }
 
+# Start every node that is not running, then wait for each. Nodes of a cluster are all launched
+# before any is waited for: none finishes starting until a quorum of controllers is up.
 kafka_start() {
+    command -v java >/dev/null || die "java is not installed (Java 17 expected)"
+    kafka_fetch_jars
+    local n launched=() formats=()
+    for (( n = 1; n <= KAFKA_BROKERS; n++ )); do   # format new nodes side by side (a JVM each)
+        kafka_node "$n"
+        if ! kafka_pid >/dev/null && [[ ! -f "$KAFKA_DATA/meta.properties" ]]; then
+            mkdir -p "$KAFKA_DIR"
+            kafka_write_config
+            kafka_format &
+            formats+=("$!")
+        fi
+    done
+    local pid
+    for pid in "${formats[@]+"${formats[@]}"}"; do
+        wait "$pid" || die "kafka storage format failed"
+    done
+    for (( n = 1; n <= KAFKA_BROKERS; n++ )); do
+        kafka_node "$n"
+        if kafka_launch; then launched+=("$n:$KAFKA_LAUNCH_LOG_START"); fi
+    done
+    local entry
+    for entry in "${launched[@]+"${launched[@]}"}"; do
+        kafka_node "${entry%%:*}"
+        kafka_wait "${entry##*:}"
+    done
+    kafka_node 1
+}
+
+# kafka_launch: start the current node unless it runs; false when it was already running.
+# Sets KAFKA_LAUNCH_LOG_START (the first log line this start writes).
+kafka_launch() {
     local pid
     if pid="$(kafka_pid)"; then
-        log "kafka already running (pid $pid, $HOST:$KAFKA_PORT)"
-        return 0
+        log "$(kafka_name) already running (pid $pid, $HOST:$NODE_PORT)"
+        return 1
     fi
     rm -f "$KAFKA_PID"
-    for port in "$KAFKA_PORT" "$KAFKA_CONTROLLER_PORT"; do
+    for port in "$NODE_PORT" "$NODE_CONTROLLER_PORT"; do
         if port_open "$port"; then
             die "port $HOST:$port is already taken by another process; set MEMWRIGHT_KAFKA_PORT / MEMWRIGHT_KAFKA_CONTROLLER_PORT"
         fi
     done
-    command -v java >/dev/null || die "java is not installed (Java 17 expected)"
-
-    kafka_fetch_jars
+    mkdir -p "$KAFKA_DIR"
     kafka_write_config
     kafka_format
 
     # Remember where the log ends, to look only at lines written by this start.
     touch "$KAFKA_LOG"
-    local log_start
-    log_start=$(( $(wc -l <"$KAFKA_LOG") + 1 ))
+    KAFKA_LAUNCH_LOG_START=$(( $(wc -l <"$KAFKA_LOG") + 1 ))
 
-    log "starting kafka $KAFKA_VERSION on $HOST:$KAFKA_PORT (controller $HOST:$KAFKA_CONTROLLER_PORT)"
+    local heap=768m
+    if (( KAFKA_BROKERS > 1 )); then heap=512m; fi
+    log "starting $(kafka_name) $KAFKA_VERSION on $HOST:$NODE_PORT (controller $HOST:$NODE_CONTROLLER_PORT)"
     # JVM options: the ones bin/kafka-run-class.sh uses, with a small heap.
-    nohup java -Xms256m -Xmx768m \
+    nohup java -Xms256m -Xmx$heap \
         -server -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -XX:InitiatingHeapOccupancyPercent=35 \
         -XX:+ExplicitGCInvokesConcurrent -Djava.awt.headless=true -Djava.net.preferIPv4Stack=true \
         -Dkafka.logs.dir="$KAFKA_DIR" -Dlog4j.configuration="file:$KAFKA_LOG4J" \
         -cp "$KAFKA_LIBS/*" kafka.Kafka "$KAFKA_PROPS" \
         >>"$KAFKA_OUT" 2>&1 </dev/null 9>&- &
-    pid=$!
-    echo "$pid" >"$KAFKA_PID"
+    echo "$!" >"$KAFKA_PID"
+}
 
+# kafka_wait LOG_START: wait until the current node serves requests.
+kafka_wait() {
+    local log_start="$1" pid name
+    pid="$(cat "$KAFKA_PID")"
+    name="$(kafka_name)"
     # Ready = the port accepts connections AND the server logged that it has
     # finished starting (the port is bound a little before requests are served).
     local waited=0
     while :; do
         if ! kill -0 "$pid" 2>/dev/null; then
-            progress_done kafka "process exited"
+            progress_done "$name" "process exited"
             rm -f "$KAFKA_PID"
             tail -n 30 "$KAFKA_LOG" "$KAFKA_OUT" >&2 || true
-            die "kafka exited during startup (logs: $KAFKA_LOG, $KAFKA_OUT)"
+            die "$name exited during startup (logs: $KAFKA_LOG, $KAFKA_OUT)"
         fi
-        if port_open "$KAFKA_PORT" \
+        if port_open "$NODE_PORT" \
            && awk -v from="$log_start" 'NR >= from && /Kafka Server started/ { found = 1 }
                                         END { exit !found }' "$KAFKA_LOG"; then
-            progress_done kafka "up after ${waited}s"
+            progress_done "$name" "up after ${waited}s"
             break
         fi
         if (( waited >= KAFKA_START_TIMEOUT )); then
-            progress_done kafka "timed out after ${waited}s"
+            progress_done "$name" "timed out after ${waited}s"
             tail -n 30 "$KAFKA_LOG" "$KAFKA_OUT" >&2 || true
-            die "kafka did not become ready in ${KAFKA_START_TIMEOUT}s (still running as pid $pid; run '$0 stop')"
+            die "$name did not become ready in ${KAFKA_START_TIMEOUT}s (still running as pid $pid; run '$0 stop')"
         fi
-        progress kafka "$waited"
+        progress "$name" "$waited"
         sleep 1
         waited=$((waited + 1))
     done
-    log "kafka running (pid $pid, $HOST:$KAFKA_PORT)"
+    log "$name running (pid $pid, $HOST:$NODE_PORT)"
 }
 
+# Stop every node that runs (whatever the broker count: a folder may hold an older cluster's nodes).
 kafka_stop() {
-    local pid
-    if ! pid="$(kafka_pid)"; then
-        rm -f "$KAFKA_PID"
+    local n pids=() any=0
+    for n in 1 2 3; do
+        kafka_node "$n"
+        local pid
+        if ! pid="$(kafka_pid)"; then
+            rm -f "$KAFKA_PID"
+            continue
+        fi
+        any=1
+        log "stopping $(kafka_name) (pid $pid)"
+        kill -TERM "$pid" 2>/dev/null || true
+        pids+=("$n:$pid")
+    done
+    kafka_node 1
+    if (( ! any )); then
         log "kafka already stopped"
         return 0
     fi
-    log "stopping kafka (pid $pid)"
-    kill -TERM "$pid" 2>/dev/null || true
-    local waited=0
-    while kill -0 "$pid" 2>/dev/null; do
-        if (( waited >= KAFKA_STOP_TIMEOUT )); then
-            warn "kafka did not stop in ${KAFKA_STOP_TIMEOUT}s; sending SIGKILL"
-            kill -KILL "$pid" 2>/dev/null || true
+    local entry waited=0
+    for entry in "${pids[@]}"; do
+        local pid="${entry##*:}"
+        while kill -0 "$pid" 2>/dev/null; do
+            if (( waited >= KAFKA_STOP_TIMEOUT )); then
+                warn "kafka node ${entry%%:*} did not stop in ${KAFKA_STOP_TIMEOUT}s; sending SIGKILL"
+                kill -KILL "$pid" 2>/dev/null || true
+                sleep 1
+                break
+            fi
             sleep 1
-            break
-        fi
-        sleep 1
-        waited=$((waited + 1))
+            waited=$((waited + 1))
+        done
+        kafka_node "${entry%%:*}"
+        rm -f "$KAFKA_PID"
     done
-    rm -f "$KAFKA_PID"
+    kafka_node 1
     log "kafka stopped"
 }
 
 kafka_status() {
-    local pid
-    if pid="$(kafka_pid)"; then
-        printf '%-9s %-8s pid %-8s %s\n' kafka running "$pid" "$HOST:$KAFKA_PORT"
-        return 0
-    fi
-    printf '%-9s %-8s pid %-8s %s\n' kafka stopped - "$HOST:$KAFKA_PORT"
-    return 1
+    local n rc=0 pid name=kafka
+    for (( n = 1; n <= KAFKA_BROKERS; n++ )); do
+        kafka_node "$n"
+        if (( KAFKA_BROKERS > 1 )); then name="kafka-$n"; fi
+        if pid="$(kafka_pid)"; then
+            printf '%-9s %-8s pid %-8s %s\n' "$name" running "$pid" "$HOST:$NODE_PORT"
+        else
+            printf '%-9s %-8s pid %-8s %s\n' "$name" stopped - "$HOST:$NODE_PORT"
+            rc=1
+        fi
+    done
+    kafka_node 1
+    return "$rc"
 }
 
 # ===========================================================================
@@ -538,6 +659,7 @@ pg_status() {
 # which the fault drills use to take one of them away while the other keeps running.
 cmd_start() {
     init_dirs
+    kafka_resolve_brokers strict
     take_lock
     local t0=$SECONDS
     [[ "${1:-all}" == postgres ]] || kafka_start
@@ -548,6 +670,7 @@ cmd_start() {
 
 cmd_stop() {
     init_dirs
+    kafka_resolve_brokers
     take_lock
     [[ "${1:-all}" == postgres ]] || kafka_stop
     [[ "${1:-all}" == kafka ]] || pg_stop
@@ -555,6 +678,7 @@ cmd_stop() {
 
 cmd_status() {
     init_dirs
+    kafka_resolve_brokers
     local rc=0
     kafka_status || rc=1
     pg_status || rc=1
@@ -567,11 +691,20 @@ usage() {
 }
 
 main() {
+    local args=()
+    while (( $# )); do
+        case "$1" in
+            --brokers) [[ $# -ge 2 ]] || die "--brokers needs a number (1 or 3)"; KAFKA_BROKERS="$2"; shift 2 ;;
+            --brokers=*) KAFKA_BROKERS="${1#--brokers=}"; shift ;;
+            *) args+=("$1"); shift ;;
+        esac
+    done
+    set -- "${args[@]+"${args[@]}"}"
     case "${1:-}" in
         start)  cmd_start "${2:-all}" ;;
         stop)   cmd_stop "${2:-all}" ;;
         status) cmd_status ;;
-        env)    print_env ;;
+        env)    kafka_resolve_brokers; print_env ;;
         -h|--help|help) usage ;;
         *) usage >&2; exit 2 ;;
     esac

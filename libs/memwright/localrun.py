@@ -29,7 +29,8 @@ def free_ports(count: int) -> list[int]:
 
 
 class ServiceProcesses:
-    """Start, probe and stop memwright services, each with its own ports and log file."""
+    """Start, probe and stop memwright services, each with its own ports and log file. A name
+    `<service>:<n>` starts another instance of the service (e.g. `sweeper:2`), with ports of its own."""
 
     def __init__(self, env: dict[str, str], log_dir: Path) -> None:
         self.log_dir = log_dir
@@ -40,10 +41,16 @@ class ServiceProcesses:
         self.env = {**os.environ, **env}
 
     def ops_port(self, name: str) -> int:
+        self._add_instance(name)
         return self._ops[name]
 
     def http_port(self, name: str) -> int:
+        self._add_instance(name)
         return self._http[name]
+
+    def _add_instance(self, name: str) -> None:
+        if name not in self._ops:
+            self._http[name], self._ops[name] = free_ports(2)
 
     def url(self, name: str) -> str:
         return f"http://127.0.0.1:{self.http_port(name)}"
@@ -61,8 +68,9 @@ class ServiceProcesses:
                 **(extra_env or {}),
             }
             log = open(self.log_dir / f"{name}.log", "ab")
+            service = name.partition(":")[0]
             self.procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "memwright", name], env=env, stdout=log, stderr=subprocess.STDOUT
+                [sys.executable, "-m", "memwright", service], env=env, stdout=log, stderr=subprocess.STDOUT
             )
 
     async def wait_ready(self, *names: str, timeout: float = 60.0) -> None:

@@ -166,11 +166,16 @@ class SweeperSettings(KafkaSettings, PostgresSettings):
     window_seconds: float = 60.0
     sweeper_app_id: str = "memwright-sweeper"
     sweeper_data_dir: str = ".local/sweeper"
+    # a sweeper that dies without leaving the group keeps its partitions this long: the longest
+    # pause a crash causes (Kafka's brokers accept 6 to 1800 s by default)
+    sweeper_session_timeout_seconds: float = 10.0
 
     def validate(self) -> None:
         super().validate()
         if not 1.0 <= self.window_seconds <= 3600:
             raise SettingsError(f"{PREFIX}WINDOW_SECONDS must be between 1 and 3600")
+        if not 6.0 <= self.sweeper_session_timeout_seconds <= 300:
+            raise SettingsError(f"{PREFIX}SWEEPER_SESSION_TIMEOUT_SECONDS must be between 6 and 300")
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,8 @@ A failed write is sorted by why (`failure_kind`):
 A window that waits for its retry is not due, so the next users' windows are written meanwhile.
 Offsets are acknowledged only after a signal is stored or its record is in the dead-letter
 topic, so a crash or SIGTERM re-delivers the rest; the write is idempotent on message id.
+Windows close per user, so signals are stored out of offset order; `InOrderAcks` passes the acks
+on in offset order within each partition, because faust commits past a one-offset hole.
 """
 
 from __future__ import annotations
@@ -26,7 +28,8 @@ import base64
 import hashlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Hashable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -180,6 +183,47 @@ _REASON_LABELS = (
 def reason_label(reason: str) -> str:
     """A bounded label for the DLQ metric of a record refused at decode."""
     return next((label for phrase, label in _REASON_LABELS if phrase in reason), "schema")
+
+
+class InOrderReceipt:
+    """What the sweeper acks for one consumed record: `ack()` marks it stored (or dead-lettered);
+    the record's own ack goes to the consumer once every record before it in its partition is
+    marked too."""
+
+    __slots__ = ("_done", "_queue", "event")
+
+    def __init__(self, event: Any, queue: deque[InOrderReceipt]) -> None:
+        self.event = event
+        self._queue = queue
+        self._done = False
+
+    def ack(self) -> None:
+        self._done = True
+        queue = self._queue
+        while queue and queue[0]._done:
+            queue.popleft().event.ack()
+
+
+class InOrderAcks:
+    """Acks reach the consumer in offset order within each partition.
+
+    faust commits "the first run of consecutive acked offsets" and lets a hole of one offset at
+    its head pass (faust-streaming 0.15: `Consumer._new_offset` compares with the committed offset
+    off by one, and not at all before the first commit), so acking a later window of a partition
+    before an earlier one would commit past a signal that is not stored yet: a crash would lose it.
+    After a rebalance a partition's old and re-read records share one queue; each is acked when
+    its window is written, wherever the partition went (faust drops commits of revoked partitions).
+    """
+
+    def __init__(self) -> None:
+        self._queues: dict[Hashable, deque[InOrderReceipt]] = {}
+
+    def receipt(self, partition: Hashable, event: Any) -> InOrderReceipt:
+        """Call for every record, in the order consumed."""
+        queue = self._queues.setdefault(partition, deque())
+        receipt = InOrderReceipt(event, queue)
+        queue.append(receipt)
+        return receipt
 
 
 # (receipt, reason): produce the receipt's original record to the dead-letter topic with the

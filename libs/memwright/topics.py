@@ -43,10 +43,10 @@ def topic_specs(settings: KafkaSettings, sweeper_app_id: str = "memwright-sweepe
     ]
 
 
-def prefixed_topics(bootstrap: str, prefix: str) -> KafkaSettings:
+def prefixed_topics(bootstrap: str, prefix: str, replication: int = 1) -> KafkaSettings:
     """Settings whose topics are `<prefix>.memory.*`: one run's own topics beside everyone else's."""
     return replace(
-        KafkaSettings(kafka_bootstrap=bootstrap),
+        KafkaSettings(kafka_bootstrap=bootstrap, topic_replication=replication),
         topic_signals=f"{prefix}.memory.signals",
         topic_dlq=f"{prefix}.memory.signals.dlq",
         topic_changelog=f"{prefix}.memory.changelog",

@@ -29,6 +29,7 @@ from memwright.sweeping import (
     READY_MAX_UNWRITTEN_SECONDS,
     RETRY_FIRST_SECONDS,
     RETRY_MAX_SECONDS,
+    InOrderAcks,
     Sweeper,
     dead_letter_key,
     dead_letter_records,
@@ -52,6 +53,8 @@ def build_app(settings: SweeperSettings) -> faust.App:
         topic_allow_declare=False,
         consumer_auto_offset_reset="earliest",
         broker_commit_interval=1.0,
+        broker_session_timeout=settings.sweeper_session_timeout_seconds,
+        broker_heartbeat_interval=settings.sweeper_session_timeout_seconds / 5,
         producer_acks=-1,
         key_serializer="raw",
         value_serializer="raw",
@@ -89,7 +92,8 @@ def build_app(settings: SweeperSettings) -> faust.App:
         return since is None or time.monotonic() - since <= READY_MAX_UNWRITTEN_SECONDS
 
     dead_letter_failing = logs.Condition("dead_letter_failing")
-    sweeper = Sweeper(settings, dead_letter)
+    acks = InOrderAcks()
+    sweeper = Sweeper(settings, lambda receipt, reason: dead_letter(receipt.event, reason))
     readiness = Readiness()
     readiness.add("postgres", lambda: _pg_ok(sweeper))
     started = asyncio.Event()  # set once the worker is running and consuming
@@ -102,6 +106,7 @@ def build_app(settings: SweeperSettings) -> faust.App:
     async def sweep(stream: Any) -> None:  # a faust.Stream; its stubs lack noack()
         async for event in stream.noack().events():
             msg = event.message
+            receipt = acks.receipt(msg.tp, event)  # every record: the acks pass on in offset order
             try:
                 signal = decode_signal(event.value)
                 if event.key is not None and event.key != signal.user_id.encode():
@@ -109,13 +114,13 @@ def build_app(settings: SweeperSettings) -> faust.App:
             except Exception as exc:  # InvalidSignal, or anything else a record can provoke: never stop here
                 reason = exc.reason if isinstance(exc, InvalidSignal) else f"unreadable record: {describe(exc)}"
                 await dead_letter_until_sent(event, reason)
-                event.ack()
+                receipt.ack()
                 metrics.SWEEPER_DLQ.labels(reason_label(reason)).inc()
                 log.warning("dead_lettered", reason=reason, partition=msg.partition, offset=msg.offset)
                 continue
             if signal.accepted_at is None:
                 signal = signal.accepted(datetime.fromtimestamp(msg.timestamp, UTC))
-            sweeper.add(signal, event, time.time())
+            sweeper.add(signal, receipt, time.time())
 
     @app.timer(interval=TICK_SECONDS)
     async def close_windows() -> None:

@@ -78,3 +78,19 @@ async def seed_memories(pool: asyncpg.Pool, users: dict[str, int]) -> dict[str, 
             rows.append((mid, user, "user", f"{user} likes {MEMORY_TOPICS[i % len(MEMORY_TOPICS)]}, note {i}"))
     await pool.executemany("INSERT INTO memories (memory_id, user_id, author, text) VALUES ($1, $2, $3, $4)", rows)
     return ids
+
+
+def refuse_messages_sql(name: str, condition: str) -> str:
+    """SQL for a trigger that refuses inserts into messages where `condition` holds (on NEW), as
+    PostgreSQL does for a row lock it cannot take: the sweeper keeps those windows for a retry."""
+    return f"""
+CREATE OR REPLACE FUNCTION {name}() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'refused for a while (test)' USING ERRCODE = 'lock_not_available';
+END $$;
+CREATE TRIGGER {name} BEFORE INSERT ON messages FOR EACH ROW WHEN ({condition}) EXECUTE FUNCTION {name}();
+"""
+
+
+def allow_messages_sql(name: str) -> str:
+    return f"DROP TRIGGER IF EXISTS {name} ON messages; DROP FUNCTION IF EXISTS {name}();"

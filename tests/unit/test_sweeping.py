@@ -11,6 +11,7 @@ from memwright import metrics
 from memwright.sweeping import (
     DLQ_RECORD_MAX_BYTES,
     REASON_MAX_CHARS,
+    InOrderAcks,
     dead_letter_key,
     dead_letter_records,
     describe,
@@ -98,3 +99,26 @@ def test_describe_bounds_what_asyncpg_quotes() -> None:
 )  # fmt: skip
 def test_every_dead_letter_reason_has_a_known_label(reason: str) -> None:
     assert reason_label(reason) in metrics.KNOWN_LABELS[metrics.SWEEPER_DLQ]
+
+
+class Event:
+    """Stands in for a faust event: records the order acks reached the consumer."""
+
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def ack(self) -> None:
+        self.log.append(self.name)
+
+
+def test_acks_reach_the_consumer_in_offset_order_within_each_partition() -> None:
+    log: list[str] = []
+    acks = InOrderAcks()
+    y0, x1, y2 = (acks.receipt("p0", Event(n, log)) for n in ("y0", "x1", "y2"))
+    z0 = acks.receipt("p1", Event("z0", log))
+    y0.ack()
+    y2.ack()  # yara's window is written while xavi's waits: y2 must not reach faust before x1
+    z0.ack()  # another partition does not wait for p0
+    assert log == ["y0", "z0"]
+    x1.ack()
+    assert log == ["y0", "z0", "x1", "y2"]
