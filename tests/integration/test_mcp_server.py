@@ -221,14 +221,20 @@ async def test_a_read_only_token_reads_and_may_not_write(connect: Connect, db: a
     [
         (None, 401, "missing bearer token"),
         ("not-a-jwt", 401, "invalid token"),
-        (token("alice", secret="another-secret-" + "y" * 32), 401, "invalid token: Signature verification failed"),
-        (token("service:chat", "admin"), 403, "not a service token"),
+        # tokens are minted when the test runs, not at collection (a long session would see them expire)
+        (
+            lambda: token("alice", secret="another-secret-" + "y" * 32),
+            401,
+            "invalid token: Signature verification failed",
+        ),
+        (lambda: token("service:chat", "admin"), 403, "not a service token"),
     ],
     ids=["no-token", "garbage", "wrong-signature", "service-token"],
 )
 async def test_http_refuses_a_call_without_a_users_valid_token_and_says_why(
-    mcp_url: str, db: asyncpg.Pool, bearer: str | None, status: int, reason: str
+    mcp_url: str, db: asyncpg.Pool, bearer: str | Callable[[], str] | None, status: int, reason: str
 ) -> None:
+    bearer = bearer() if callable(bearer) else bearer
     headers = {"Authorization": f"Bearer {bearer}"} if bearer else {}
     async with httpx2.AsyncClient(headers=headers, timeout=30) as http:
         answer = await http.post(
@@ -267,13 +273,17 @@ async def test_http_spends_the_users_rate_limit_bucket_and_answers_429_with_retr
         (None, "MEMWRIGHT_TOKEN is not set"),
         ("not-a-jwt", "MEMWRIGHT_TOKEN is refused: invalid token"),
         ("", "MEMWRIGHT_TOKEN is not set"),
-        (token("service:chat", "admin"), "MEMWRIGHT_TOKEN is refused: the MCP server serves one user's own memories"),
+        (
+            lambda: token("service:chat", "admin"),
+            "MEMWRIGHT_TOKEN is refused: the MCP server serves one user's own memories",
+        ),
     ],
     ids=["no-token", "garbage", "empty", "service-token"],
 )
 def test_stdio_will_not_start_without_a_users_valid_token_and_says_why(
-    pg_dsn: str, bearer: str | None, said: str
+    pg_dsn: str, bearer: str | Callable[[], str] | None, said: str
 ) -> None:
+    bearer = bearer() if callable(bearer) else bearer
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMWRIGHT_")} | stdio_env(pg_dsn, bearer)
     done = subprocess.run(
         [str(MEMWRIGHT), "mcp"], env=env, input="", capture_output=True, text=True, timeout=60, check=False
