@@ -10,12 +10,20 @@ same tool layer as the rules policy, through chat completions with tool calling.
   exhausted the run raises LlmUnavailable: run.py commits only at the end, so nothing of the run
   is committed, the lease is released and the next sweep retries the same signals.
 - Token usage, completions and tool calls are counted in memwright.metrics.
+
+What a real small model taught it (`make eval-llm-local`, docs/quality.md):
+- A server that renders the tools with the model's own chat template but does not parse the
+  answer (llama-cpp-python without a function-calling chat format; vLLM without a tool parser)
+  returns the calls as text: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Qwen,
+  Hermes). They are read as tool calls; a block that is not a call becomes an invalid-call result.
+- Every completion is capped at MAX_COMPLETION_TOKENS, so a rambling model costs a bounded time.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,6 +38,7 @@ from memwright.agent.working import FADE_AFTER
 from memwright.settings import CuratorSettings
 
 SUMMARY_CHARS = 300
+MAX_COMPLETION_TOKENS = 1024  # one turn is a few tool calls or one sentence; a rambling model stops here
 
 
 class LlmUnavailable(RuntimeError):
@@ -244,21 +253,24 @@ class LlmPolicy:
             {"role": "user", "content": render_context(tools, new_messages)},
         ]
         final = ""
-        for _ in range(self.max_steps):
+        for step in range(self.max_steps):
             message = await self._complete(conversation)
-            calls = message.tool_calls or []
-            conversation.append(_assistant_turn(message))
+            calls = _structured_calls(message)
+            if calls:
+                conversation.append(_assistant_turn(message))
+            else:
+                # the model's own words, verbatim: its template renders them as it wrote them
+                conversation.append({"role": "assistant", "content": message.content or ""})
+                calls = calls_in_text(message.content or "", step)
             if not calls:
                 final = (message.content or "").strip()
                 break
             for call in calls:
-                if call.type != "function":
-                    tool, outcome = "unknown", "invalid"
-                    result = "Invalid call: only the function tools listed are available."
+                if call.problem is not None:
+                    result, outcome = f"Invalid call: {call.problem}.", "invalid"
                 else:
-                    tool = call.function.name if call.function.name in TOOLS else "unknown"
-                    result, outcome = call_tool(tools, call.function.name, call.function.arguments)
-                metrics.CURATOR_TOOL_CALLS.labels(tool, outcome).inc()
+                    result, outcome = call_tool(tools, call.name, call.arguments)
+                metrics.CURATOR_TOOL_CALLS.labels(call.name if call.name in TOOLS else "unknown", outcome).inc()
                 results.append(result)
                 conversation.append({"role": "tool", "tool_call_id": call.id, "content": result})
         else:
@@ -292,6 +304,7 @@ class LlmPolicy:
                 tools=tool_schemas(),
                 tool_choice="auto",
                 temperature=0,
+                max_tokens=MAX_COMPLETION_TOKENS,
             )
         except openai.APITimeoutError as exc:
             metrics.CURATOR_LLM_CALLS.labels("timeout").inc()
@@ -307,6 +320,52 @@ class LlmPolicy:
             metrics.CURATOR_LLM_TOKENS.labels("prompt").inc(response.usage.prompt_tokens or 0)
             metrics.CURATOR_LLM_TOKENS.labels("completion").inc(response.usage.completion_tokens or 0)
         return response.choices[0].message
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a model turn, however the endpoint delivered it; `problem` says why it
+    could not be read as a call at all (the model is told, nothing runs)."""
+
+    id: str
+    name: str
+    arguments: str
+    problem: str | None = None
+
+
+def _structured_calls(message: Any) -> list[ToolCall]:
+    return [
+        ToolCall(c.id, c.function.name, c.function.arguments)
+        if c.type == "function"
+        else ToolCall(c.id, "", "", "only the function tools listed are available")
+        for c in message.tool_calls or []
+    ]
+
+
+TEXT_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)  # an unclosed one runs to the end
+TEXT_CALL_SHAPE = '{"name": "<tool>", "arguments": {...}}'
+
+
+def calls_in_text(content: str, step: int) -> list[ToolCall]:
+    """Tool calls a model wrote as text in the Qwen/Hermes form, `<tool_call>{...}</tool_call>`,
+    for an endpoint that passed them through unparsed. Ids are made up (`text-<step>-<n>`)."""
+    calls: list[ToolCall] = []
+    for n, match in enumerate(TEXT_CALL.finditer(content)):
+        raw, call_id = match.group(1).strip(), f"text-{step}-{n}"
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            problem = f"the <tool_call> is not valid JSON ({exc.msg} at position {exc.pos}); write {TEXT_CALL_SHAPE}"
+            calls.append(ToolCall(call_id, "", raw, problem))
+            continue
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
+            calls.append(ToolCall(call_id, "", raw, f"a <tool_call> holds one JSON object {TEXT_CALL_SHAPE}"))
+            continue
+        arguments = parsed.get("arguments", {})
+        calls.append(
+            ToolCall(call_id, parsed["name"], arguments if isinstance(arguments, str) else json.dumps(arguments))
+        )
+    return calls
 
 
 def _assistant_turn(message: Any) -> dict[str, Any]:
