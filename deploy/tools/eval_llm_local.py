@@ -204,13 +204,14 @@ def sample(split: str, per_category: int, out_dir: Path) -> Path:
     return path
 
 
-def run_eval(base_url: str, alias: str, datasets: list[Path], timeout_s: float) -> dict[str, object]:
+def run_eval(base_url: str, alias: str, datasets: list[Path], timeout_s: float, max_steps: int) -> dict[str, object]:
     env = {
         **os.environ,
         "MEMWRIGHT_LLM_BASE_URL": base_url,
         "MEMWRIGHT_LLM_MODEL": alias,
         "MEMWRIGHT_LLM_TIMEOUT_S": str(timeout_s),  # one completion on 2 cores: tens of seconds
         "MEMWRIGHT_LLM_MAX_RETRIES": "1",
+        "MEMWRIGHT_LLM_MAX_STEPS": str(max_steps),  # a looping small model costs ~a minute a step here
     }
     cmd = [str(ROOT / ".venv" / "bin" / "memwright"), "eval", "--policy", "llm", "--database", "memwright_eval_llm"]
     cmd += ["--concurrency", "1", "--timeout", "5400"]  # one model, one request at a time
@@ -231,6 +232,7 @@ def main(argv: list[str]) -> int:
     p.add_argument("--per-category", type=int, default=2, help="users per category of dev and of test (default 2)")
     p.add_argument("--split", action="append", default=[], choices=("dev", "test"), help="default: dev and test")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one completion may take (default 300)")
+    p.add_argument("--max-steps", type=int, default=4, help="model calls per agent run (default 4)")
     args = p.parse_args(argv)
     for name in ("MEMWRIGHT_PG_DSN", "MEMWRIGHT_KAFKA_BOOTSTRAP"):
         if not os.environ.get(name):
@@ -246,7 +248,7 @@ def main(argv: list[str]) -> int:
     try:
         datasets = [sample(s, args.per_category, work) for s in (args.split or ["dev", "test"])]
         rss_loaded = rss_kib(server.pid, "VmRSS")
-        result = run_eval(base_url, args.model, datasets, args.timeout)
+        result = run_eval(base_url, args.model, datasets, args.timeout, args.max_steps)
         peak = rss_kib(server.pid, "VmHWM")
     finally:
         server.terminate()
@@ -258,6 +260,7 @@ def main(argv: list[str]) -> int:
         "model": args.model,
         "about": MODELS[args.model].about,
         "users_per_category": args.per_category,
+        "max_steps": args.max_steps,
         "wall_seconds": round(time.monotonic() - started),
         "server_load_seconds": round(load_s, 1),
         "server_rss_mib_loaded": rss_loaded // 1024,

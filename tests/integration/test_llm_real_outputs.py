@@ -9,11 +9,20 @@ from __future__ import annotations
 import json
 
 import asyncpg
-from memwright.agent.llm import MAX_COMPLETION_TOKENS
+from memwright.agent.llm import MAX_COMPLETION_TOKENS, LlmPolicy
+from memwright.settings import CuratorSettings
 
-from tests.fakes.llm_server import FakeLlm, text, tool_results
+from tests.fakes.llm_server import FakeLlm, cut, text, tool_results
 from tests.integration.helpers import sweep
-from tests.integration.test_llm_runs import llm_policy, run_once
+from tests.integration.test_llm_runs import run_once
+
+
+def llm_policy(llm: FakeLlm) -> LlmPolicy:
+    """Every window goes to the model (the local classifier's skip is tested elsewhere)."""
+    settings = CuratorSettings(
+        pg_dsn="unused", policy="llm", llm_base_url=llm.base_url, llm_model="fake", llm_skip_one_offs=False
+    )
+    return LlmPolicy(settings, timeout_s=5.0, max_retries=0)
 
 
 def qwen_call(name: str, arguments: dict[str, object] | str) -> str:
@@ -57,3 +66,68 @@ async def test_every_completion_is_capped(db: asyncpg.Pool) -> None:
         llm.push(text("Nothing to remember."))
         assert await run_once(db, llm_policy(llm)) == "committed"
     assert [r["max_tokens"] for r in llm.requests] == [MAX_COMPLETION_TOKENS]
+
+
+async def test_a_reply_that_is_only_a_bare_json_call_is_run_not_kept_as_the_summary(db: asyncpg.Pool) -> None:
+    # Qwen2.5-Coder 0.5B dropped the <tool_call> tags: its whole reply was the JSON object
+    [mid] = await sweep(db, "alice", "I'm vegetarian, so no meat in any recipe please.")
+    bare = json.dumps({"name": "create_memory", "arguments": {"text": "The user is vegetarian.", "evidence": [mid]}})
+    async with FakeLlm() as llm:
+        llm.push(text(bare), text("Remembered that the user is vegetarian."))
+        assert await run_once(db, llm_policy(llm)) == "committed"
+    texts, runs, summary = await committed(db)
+    assert texts == ["The user is vegetarian."] and runs == 1
+    assert summary == "Remembered that the user is vegetarian."  # not the JSON
+
+
+async def test_real_malformed_calls_come_back_as_invalid_results_and_commit_nothing(db: asyncpg.Pool) -> None:
+    [mid] = await sweep(db, "alice", "What's a closure in JavaScript?")
+    # what the model wrote, verbatim but for the message id: the schema echoed as arguments, the
+    # evidence outside the arguments; then an unknown tool and a <tool_call> cut short
+    echoed = (
+        '{"name": "list_memories", "arguments": {"type": "object", "properties": '
+        '{"user_id": {"type": "string", "description": "the user id"}}}}'
+    )
+    outside = (
+        '{"name": "create_memory", "arguments": {"text": "A function that remembers variables from where it '
+        f'was defined..."}}, "evidence": ["{mid}"]}}'
+    )
+    async with FakeLlm() as llm:
+        llm.push(
+            text(echoed),
+            text(outside),
+            text(qwen_call("remember", {"text": "closures", "evidence": [mid]})),
+            text('<tool_call>\n{"name": "create_memory", "arguments": {"text": "A closure is'),
+            text("Nothing worth remembering."),
+        )
+        assert await run_once(db, llm_policy(llm)) == "committed"
+        results = [tool_results(r)[-1] for r in llm.requests[1:]]
+    assert "unknown argument(s) type, properties" in results[0]
+    assert "missing argument(s) evidence" in results[1]
+    assert "there is no tool 'remember'" in results[2]
+    assert "not valid JSON" in results[3]
+    texts, runs, summary = await committed(db)
+    assert texts == [] and runs == 1 and summary == "Nothing worth remembering."
+    assert await db.fetchval("SELECT count(*) FROM memory_audit") == 0
+
+
+async def test_prose_that_mentions_a_call_is_an_answer_not_a_call(db: asyncpg.Pool) -> None:
+    """The boundary of the bare-JSON reading: only a reply made of calls is read as calls."""
+    [mid] = await sweep(db, "alice", "Thanks, that worked.")
+    call = json.dumps({"name": "create_memory", "arguments": {"text": "x", "evidence": [mid]}})
+    async with FakeLlm() as llm:
+        llm.push(text(f"I could call {call} but will not."))
+        assert await run_once(db, llm_policy(llm)) == "committed"
+        assert len(llm.requests) == 1
+    texts, runs, _ = await committed(db)
+    assert texts == [] and runs == 1
+
+
+async def test_an_answer_cut_at_max_tokens_is_not_kept_as_the_summary(db: asyncpg.Pool) -> None:
+    await sweep(db, "alice", "Can you explain recursion?")
+    async with FakeLlm() as llm:
+        llm.push(cut("Recursion is when a function calls itself. " * 80))
+        assert await run_once(db, llm_policy(llm)) == "committed"
+    texts, runs, summary = await committed(db)
+    assert texts == [] and runs == 1
+    assert "Recursion is" not in summary and "not kept" in summary

@@ -16,7 +16,8 @@ What a real small model taught it (`make eval-llm-local`, docs/quality.md):
   answer (llama-cpp-python without a function-calling chat format; vLLM without a tool parser)
   returns the calls as text: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Qwen,
   Hermes). They are read as tool calls; a block that is not a call becomes an invalid-call result.
-- Every completion is capped at MAX_COMPLETION_TOKENS, so a rambling model costs a bounded time.
+- Every completion is capped at MAX_COMPLETION_TOKENS, so a rambling model costs a bounded time,
+  and an answer cut there is not kept as the running summary.
 """
 
 from __future__ import annotations
@@ -254,7 +255,8 @@ class LlmPolicy:
         ]
         final = ""
         for step in range(self.max_steps):
-            message = await self._complete(conversation)
+            choice = await self._complete(conversation)
+            message = choice.message
             calls = _structured_calls(message)
             if calls:
                 conversation.append(_assistant_turn(message))
@@ -264,6 +266,9 @@ class LlmPolicy:
                 calls = calls_in_text(message.content or "", step)
             if not calls:
                 final = (message.content or "").strip()
+                if choice.finish_reason == "length":  # rambling, cut off: not a summary worth keeping
+                    final = f"the model's last answer ran past {MAX_COMPLETION_TOKENS} tokens; not kept"
+                    results.append(final)
                 break
             for call in calls:
                 if call.problem is not None:
@@ -319,7 +324,7 @@ class LlmPolicy:
         if response.usage is not None:
             metrics.CURATOR_LLM_TOKENS.labels("prompt").inc(response.usage.prompt_tokens or 0)
             metrics.CURATOR_LLM_TOKENS.labels("completion").inc(response.usage.completion_tokens or 0)
-        return response.choices[0].message
+        return response.choices[0]
 
 
 @dataclass(frozen=True)
@@ -347,11 +352,18 @@ TEXT_CALL_SHAPE = '{"name": "<tool>", "arguments": {...}}'
 
 
 def calls_in_text(content: str, step: int) -> list[ToolCall]:
-    """Tool calls a model wrote as text in the Qwen/Hermes form, `<tool_call>{...}</tool_call>`,
-    for an endpoint that passed them through unparsed. Ids are made up (`text-<step>-<n>`)."""
+    """Tool calls a model wrote as text, for an endpoint that passed them through unparsed: in the
+    Qwen/Hermes form `<tool_call>{...}</tool_call>`, or a reply that is nothing but such JSON
+    objects (a small model drops the tags). Ids are made up (`text-<step>-<n>`)."""
+    blocks = [m.group(1).strip() for m in TEXT_CALL.finditer(content)]
+    if not blocks:
+        return [
+            ToolCall(f"text-{step}-{n}", obj["name"], _arguments(obj))
+            for n, obj in enumerate(_bare_json_calls(content))
+        ]
     calls: list[ToolCall] = []
-    for n, match in enumerate(TEXT_CALL.finditer(content)):
-        raw, call_id = match.group(1).strip(), f"text-{step}-{n}"
+    for n, raw in enumerate(blocks):
+        call_id = f"text-{step}-{n}"
         try:
             parsed = json.loads(raw)
         except json.JSONDecodeError as exc:
@@ -361,11 +373,32 @@ def calls_in_text(content: str, step: int) -> list[ToolCall]:
         if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
             calls.append(ToolCall(call_id, "", raw, f"a <tool_call> holds one JSON object {TEXT_CALL_SHAPE}"))
             continue
-        arguments = parsed.get("arguments", {})
-        calls.append(
-            ToolCall(call_id, parsed["name"], arguments if isinstance(arguments, str) else json.dumps(arguments))
-        )
+        calls.append(ToolCall(call_id, parsed["name"], _arguments(parsed)))
     return calls
+
+
+def _arguments(call: dict[str, Any]) -> str:
+    arguments = call.get("arguments", {})
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _bare_json_calls(content: str) -> list[dict[str, Any]]:
+    """The JSON objects `{"name": <a tool>, ...}` that make up the whole reply (in a ``` fence or
+    not); none when anything else is in it: prose that mentions a call is not a call."""
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", content.strip())
+    decoder, objects, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        try:
+            obj, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return []
+        if not (isinstance(obj, dict) and obj.get("name") in TOOLS):
+            return []
+        objects.append(obj)
+    return objects
 
 
 def _assistant_turn(message: Any) -> dict[str, Any]:
