@@ -217,12 +217,16 @@ def run_eval(base_url: str, alias: str, datasets: list[Path], timeout_s: float, 
     cmd += ["--concurrency", "1", "--timeout", "5400"]  # one model, one request at a time
     for d in datasets:
         cmd += ["--dataset", str(d)]
-    proc = subprocess.run(cmd, env=env, stdout=subprocess.PIPE, text=True)
-    lines = proc.stdout.splitlines()
-    sys.stderr.write("\n".join(lines[:-1]) + "\n")
-    if proc.returncode != 0 or not lines:
+    last = ""
+    with subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, text=True) as proc:
+        assert proc.stdout is not None
+        for line in proc.stdout:  # its progress as it goes; its JSON line is kept for the summary
+            if last:
+                sys.stderr.write(last)
+            last = line
+    if proc.returncode != 0 or not last.startswith("{"):
         raise SystemExit(f"eval-llm-local: memwright eval exited with {proc.returncode}")
-    result: dict[str, object] = json.loads(lines[-1])
+    result: dict[str, object] = json.loads(last)
     return result
 
 
