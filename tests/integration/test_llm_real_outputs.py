@@ -7,22 +7,25 @@ model"."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 
 import asyncpg
 from memwright.agent.llm import MAX_COMPLETION_TOKENS, LlmPolicy
+from memwright.events import Signal
 from memwright.settings import CuratorSettings
+from memwright.store.sweeps import write_window
 
 from tests.fakes.llm_server import FakeLlm, cut, text, tool_results
 from tests.integration.helpers import sweep
 from tests.integration.test_llm_runs import run_once
 
 
-def llm_policy(llm: FakeLlm) -> LlmPolicy:
+def llm_policy(llm: FakeLlm, max_steps: int | None = None) -> LlmPolicy:
     """Every window goes to the model (the local classifier's skip is tested elsewhere)."""
     settings = CuratorSettings(
         pg_dsn="unused", policy="llm", llm_base_url=llm.base_url, llm_model="fake", llm_skip_one_offs=False
     )
-    return LlmPolicy(settings, timeout_s=5.0, max_retries=0)
+    return LlmPolicy(settings, timeout_s=5.0, max_retries=0, max_steps=max_steps)
 
 
 def qwen_call(name: str, arguments: dict[str, object] | str) -> str:
@@ -131,3 +134,28 @@ async def test_an_answer_cut_at_max_tokens_is_not_kept_as_the_summary(db: asyncp
     texts, runs, summary = await committed(db)
     assert texts == [] and runs == 1
     assert "Recursion is" not in summary and "not kept" in summary
+
+
+async def test_what_it_called_in_the_pipeline_is_refused_and_the_run_stops_at_its_bound(db: asyncpg.Pool) -> None:
+    # every run of `make eval-llm-local` went like this: the assistant's message cited as evidence,
+    # a message id given to drop_hypothesis, a rendered context line cited as an id; then the bound
+    now = datetime.now(UTC)
+    said = [Signal("alice", "u1", "c1", "make that shorter", accepted_at=now)]
+    said.append(Signal("alice", "a1", "c1", "Sure, here it is.", role="assistant", accepted_at=now))
+    async with db.acquire() as conn:
+        await write_window(conn, "alice", said)
+    line = "conversation c1, 2026-12-03T17:18:04+00:00, user: make that shorter"
+    calls = [
+        {"name": "create_memory", "arguments": {"text": "Sure, here it is.", "evidence": ["a1"]}},
+        {"name": "drop_hypothesis", "arguments": {"hypothesis_id": "u1", "reason": "done"}},
+        {"name": "create_memory", "arguments": {"text": "Make it shorter.", "evidence": [line]}},
+    ]
+    async with FakeLlm() as llm:
+        llm.push(*(text(json.dumps(c)) for c in calls))
+        assert await run_once(db, llm_policy(llm, max_steps=3)) == "committed"
+        results = [tool_results(r)[-1] for r in llm.requests[1:]]
+    assert results[0].startswith("Refused: Evidence a1 is not a message written by the user")
+    assert results[1] == "Refused: No hypothesis u1."
+    texts, runs, summary = await committed(db)
+    assert texts == [] and runs == 1 and summary == "stopped after 3 model calls"
+    assert await db.fetchval("SELECT count(*) FROM memory_audit") == 0
