@@ -159,3 +159,23 @@ async def test_what_it_called_in_the_pipeline_is_refused_and_the_run_stops_at_it
     texts, runs, summary = await committed(db)
     assert texts == [] and runs == 1 and summary == "stopped after 3 model calls"
     assert await db.fetchval("SELECT count(*) FROM memory_audit") == 0
+
+
+async def test_the_same_change_asked_for_twice_in_a_run_is_made_once(db: asyncpg.Pool) -> None:
+    # in the pipeline it created "I had sushi last night and it was amazing" twice in a row
+    [mid] = await sweep(db, "alice", "I had sushi last night and it was amazing")
+    call = {
+        "name": "create_memory",
+        "arguments": {"text": "I had sushi last night and it was amazing", "evidence": [mid]},
+    }
+    again = {
+        "name": "create_memory",
+        "arguments": {"evidence": [mid], "text": "I had sushi last night and it was amazing"},
+    }
+    async with FakeLlm() as llm:
+        llm.push(text(json.dumps(call)), text(json.dumps(again)), text("Done."))
+        assert await run_once(db, llm_policy(llm)) == "committed"
+        second = tool_results(llm.requests[2])[-1]
+    assert second.startswith("Invalid call: already done in this run (Created memory")
+    texts, runs, _ = await committed(db)
+    assert texts == ["I had sushi last night and it was amazing"] and runs == 1

@@ -16,6 +16,8 @@ What a real small model taught it (`make eval-llm-local`, docs/quality.md):
   answer (llama-cpp-python without a function-calling chat format; vLLM without a tool parser)
   returns the calls as text: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Qwen,
   Hermes). They are read as tool calls; a block that is not a call becomes an invalid-call result.
+- A change it already made in this run, asked for again with the same arguments (it created the
+  same memory twice in a row), is not made again; the model is told it is done.
 - Every completion is capped at MAX_COMPLETION_TOKENS, so a rambling model costs a bounded time,
   and an answer cut there is not kept as the running summary.
 """
@@ -254,6 +256,7 @@ class LlmPolicy:
             {"role": "user", "content": render_context(tools, new_messages)},
         ]
         final = ""
+        done: dict[str, str] = {}  # a change already made in this run, by call: a small model repeats them
         for step in range(self.max_steps):
             choice = await self._complete(conversation)
             message = choice.message
@@ -271,10 +274,18 @@ class LlmPolicy:
                     results.append(final)
                 break
             for call in calls:
+                again = done.get(_call_key(call))
                 if call.problem is not None:
                     result, outcome = f"Invalid call: {call.problem}.", "invalid"
+                elif again is not None:
+                    result, outcome = (
+                        f"Invalid call: already done in this run ({again}); nothing was changed.",
+                        "invalid",
+                    )
                 else:
                     result, outcome = call_tool(tools, call.name, call.arguments)
+                    if outcome == "ok" and call.name not in READ_ONLY:
+                        done[_call_key(call)] = result
                 metrics.CURATOR_TOOL_CALLS.labels(call.name if call.name in TOOLS else "unknown", outcome).inc()
                 results.append(result)
                 conversation.append({"role": "tool", "tool_call_id": call.id, "content": result})
@@ -336,6 +347,17 @@ class ToolCall:
     name: str
     arguments: str
     problem: str | None = None
+
+
+READ_ONLY = frozenset({"list_memories", "get_memory", "search_similar"})
+
+
+def _call_key(call: ToolCall) -> str:
+    """The same call whatever the key order or spacing of its arguments ("" when unreadable)."""
+    try:
+        return call.name + json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return ""
 
 
 def _structured_calls(message: Any) -> list[ToolCall]:
