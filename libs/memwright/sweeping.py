@@ -37,7 +37,7 @@ import asyncpg
 import structlog
 
 from memwright import metrics
-from memwright.events import Signal
+from memwright.events import InvalidSignal, Signal, decode_signal
 from memwright.settings import SweeperSettings
 from memwright.store.db import create_pool
 from memwright.store.sweeps import write_window
@@ -183,6 +183,19 @@ _REASON_LABELS = (
 def reason_label(reason: str) -> str:
     """A bounded label for the DLQ metric of a record refused at decode."""
     return next((label for phrase, label in _REASON_LABELS if phrase in reason), "schema")
+
+
+def read_record(key: bytes | None, value: Any, timestamp: float) -> Signal:
+    """The signal a record holds, or an exception (InvalidSignal, or whatever else the record
+    provokes) for the caller to dead-letter: a record is read whole inside one guard, so none can
+    stop its partition (invariant 10). `timestamp` is the record's (seconds): the accepted time
+    of a signal that carries none, as its producer set it (so it may be anything)."""
+    signal = decode_signal(value)
+    if key is not None and key != signal.user_id.encode():
+        raise InvalidSignal(f"record key {key!r} does not match user_id {signal.user_id!r}")
+    if signal.accepted_at is None:
+        signal = signal.accepted(datetime.fromtimestamp(timestamp, UTC))
+    return signal
 
 
 class InOrderReceipt:

@@ -232,6 +232,8 @@ async def _form_fields(request: web.Request, settings: ApiSettings, fields: tupl
         posted = await asyncio.wait_for(request.post(), settings.body_read_timeout_s)
     except TimeoutError:
         raise PageError(408, "the form did not arrive in time; send it again") from None
+    except (UnicodeDecodeError, LookupError, ValueError):  # a charset aiohttp does not know, bytes that are not it
+        raise PageError(400, "the form is not valid UTF-8 text; send it from the console's own page") from None
     values: dict[str, str] = {}
     for name in fields:
         value = posted.get(name, "")
@@ -551,7 +553,7 @@ def build(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits) -> w
         return _page(request, "A memory, and why", "".join(parts))
 
     def _version(value: str) -> int | None:
-        return int(value) if value.isdigit() else None
+        return int(value) if value.isascii() and value.isdigit() and len(value) <= 9 else None  # not "³"
 
     async def add_memory(request: web.Request) -> web.Response:
         user_id = request.match_info["user_id"]

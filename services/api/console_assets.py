@@ -70,10 +70,13 @@ JS = """// memwright console: progressive enhancement only; every page works wit
 (function () {
   // A sign-in link carries the token in its #fragment (never sent to a server or kept in logs):
   // take it out of the address bar and history, then post it like a pasted token.
+  // On any page (a signed-in person is redirected with the fragment kept), never left behind.
+  if (location.hash.indexOf("#token=") !== 0) return;
+  var token = null;
+  try { token = decodeURIComponent(location.hash.slice(7)); } catch (e) { token = null; }
+  history.replaceState(null, "", location.pathname + location.search);
   var form = document.getElementById("sign-in");
-  if (form && location.hash.indexOf("#token=") === 0) {
-    var token = decodeURIComponent(location.hash.slice(7));
-    history.replaceState(null, "", location.pathname + location.search);
+  if (form && token) {
     form.elements.token.value = token;
     form.submit();
   }

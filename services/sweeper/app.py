@@ -15,13 +15,12 @@ import os
 import threading
 import time
 from collections.abc import Awaitable
-from datetime import UTC, datetime
 from typing import Any
 
 import faust
 import structlog
 from memwright import kafka, logs, metrics
-from memwright.events import InvalidSignal, decode_signal
+from memwright.events import InvalidSignal
 from memwright.ops import Readiness, ops_app, start_site
 from memwright.settings import SweeperSettings
 from memwright.sweeping import (
@@ -34,6 +33,7 @@ from memwright.sweeping import (
     dead_letter_key,
     dead_letter_records,
     describe,
+    read_record,
     reason_label,
 )
 
@@ -108,9 +108,7 @@ def build_app(settings: SweeperSettings) -> faust.App:
             msg = event.message
             receipt = acks.receipt(msg.tp, event)  # every record: the acks pass on in offset order
             try:
-                signal = decode_signal(event.value)
-                if event.key is not None and event.key != signal.user_id.encode():
-                    raise InvalidSignal(f"record key {event.key!r} does not match user_id {signal.user_id!r}")
+                signal = read_record(event.key, event.value, msg.timestamp)
             except Exception as exc:  # InvalidSignal, or anything else a record can provoke: never stop here
                 reason = exc.reason if isinstance(exc, InvalidSignal) else f"unreadable record: {describe(exc)}"
                 await dead_letter_until_sent(event, reason)
@@ -118,8 +116,6 @@ def build_app(settings: SweeperSettings) -> faust.App:
                 metrics.SWEEPER_DLQ.labels(reason_label(reason)).inc()
                 log.warning("dead_lettered", reason=reason, partition=msg.partition, offset=msg.offset)
                 continue
-            if signal.accepted_at is None:
-                signal = signal.accepted(datetime.fromtimestamp(msg.timestamp, UTC))
             sweeper.add(signal, receipt, time.time())
 
     @app.timer(interval=TICK_SECONDS)

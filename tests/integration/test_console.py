@@ -110,3 +110,16 @@ async def test_the_operator_page_links_the_grafana_dashboards_when_grafana_is_co
 async def test_the_console_address_without_a_slash_is_the_sign_in_page(api: Api) -> None:
     async with api.client.get("/console") as r:
         assert r.status == 200 and 'id="sign-in"' in await r.text()
+
+
+async def test_a_form_in_a_charset_the_server_cannot_read_is_a_400_with_the_reason(api: Api) -> None:
+    for headers, body in (
+        ({"Content-Type": "application/x-www-form-urlencoded; charset=nope"}, b"token=abc"),
+        (
+            {"Content-Type": "multipart/form-data; boundary=b"},
+            b'--b\r\nContent-Disposition: form-data; name="token"'
+            b"\r\nContent-Type: text/plain; charset=nope\r\n\r\nabc\r\n--b--\r\n",
+        ),
+    ):
+        async with api.client.post("/console/sign-in", data=body, headers=headers, allow_redirects=False) as r:
+            assert r.status == 400 and "not valid UTF-8" in await r.text(), r.status

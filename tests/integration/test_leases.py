@@ -207,13 +207,11 @@ async def test_a_claim_whose_answer_was_lost_frees_its_lease_and_lock_before_the
         lost = await db.fetchrow("SELECT lease_owner, lease_epoch FROM agents WHERE user_id = 'bob'")
         assert lost["lease_owner"] == "c1"  # bob's lease and lock are held by a run nobody runs
 
-        assert await live.renew("c1", [kept], 30, timeout=5) == {("alice", kept.epoch)}  # the next use frees it
-        assert await db.fetchval("SELECT lease_owner FROM agents WHERE user_id = 'bob'") is None
-        bob = leases.Lease("bob", "c1", lost["lease_epoch"], 0, 0)
-        assert await _lock_holders(db, bob) == []
-        assert await _lock_holders(db, kept) == [live.pid]
-        async with db.acquire() as other:  # bob is claimable at once, not after two lease lengths
-            again = await leases.claim_next(other, "c2", 30)
-            assert again is not None and again.user_id == "bob" and again.takeover is None
-            await leases.release(other, again)
+        assert await live.renew("c1", [kept], 30, timeout=5) == {("alice", kept.epoch)}  # a heartbeat is not held up
+        again = await live.claim("c1", 30)  # the next claim first frees what it does not know of...
+        assert again is not None and again.user_id == "bob" and again.takeover is None  # ...so bob is claimable at once
+        assert again.epoch == lost["lease_epoch"] + 1
+        assert await _lock_holders(db, leases.Lease("bob", "c1", lost["lease_epoch"], 0, 0)) == []
+        assert await _lock_holders(db, again) == [live.pid] and await _lock_holders(db, kept) == [live.pid]
+        await live.release(again)
         await live.release(kept)

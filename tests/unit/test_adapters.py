@@ -70,6 +70,20 @@ def test_a_configuration_mistake_exits_1_naming_the_variable(change: dict[str, s
     assert code == 1 and named in err.getvalue()
 
 
+@pytest.mark.parametrize("url", ["http://", "http://[::1"])
+def test_a_url_aiohttp_cannot_use_exits_1_never_2_which_would_block_the_prompt(url: str) -> None:
+    env = {"MEMWRIGHT_TOKEN": token("alice"), "MEMWRIGHT_INGEST_URL": url}
+    err = io.StringIO()
+    code = run("user-prompt", env=env, stdin=io.StringIO('{"prompt": "hi"}'), stdout=io.StringIO(), stderr=err)
+    assert code == 1 and "going on without memory" in err.getvalue()
+
+
+def test_the_hook_configuration_never_shows_the_token() -> None:
+    secret = token("alice")
+    config = HookConfig.from_env({"MEMWRIGHT_TOKEN": secret, "MEMWRIGHT_API_URL": "http://api"}, True, False)
+    assert secret not in repr(config)
+
+
 def test_a_hook_reads_claude_codes_json_or_plain_text() -> None:
     assert read_input(io.StringIO('{"prompt": "hi", "session_id": "s"}')) == {"prompt": "hi", "session_id": "s"}
     assert read_input(io.StringIO("just text")) == {"prompt": "just text"}
@@ -145,3 +159,23 @@ def test_each_audit_row_becomes_one_valid_event_of_its_kind() -> None:
     assert events["consolidated"].data["replaces"] == [str(uuid.UUID(int=3))]
     erased = events["erased"].data
     assert erased["erased"] and erased["author"] is None and erased["text"] is erased["previous_text"] is None
+
+
+async def test_the_session_tells_repeated_turns_apart_past_the_history_limit() -> None:
+    from agents import SQLiteSession
+    from agents.memory.session_settings import SessionSettings
+    from memwright.adapters.openai_agents import MemwrightSession
+
+    class Ingest:
+        def __init__(self) -> None:
+            self.ids: list[str] = []
+
+        async def send(self, user_id: str, message_id: str, *args: Any, **kwargs: Any) -> None:
+            self.ids.append(message_id)
+
+    ingest = Ingest()
+    history = SQLiteSession("s1", session_settings=SessionSettings(limit=2))
+    session = MemwrightSession("s1", ingest, "alice", history=history)  # type: ignore[arg-type]
+    for _ in range(4):
+        await session.add_items([{"role": "user", "content": "yes"}])
+    assert len(set(ingest.ids)) == 4  # the same words in four turns are four messages

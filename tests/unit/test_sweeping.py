@@ -122,3 +122,19 @@ def test_acks_reach_the_consumer_in_offset_order_within_each_partition() -> None
     assert log == ["y0", "z0"]
     x1.ack()
     assert log == ["y0", "z0", "x1", "y2"]
+
+
+def test_a_record_is_read_whole_inside_the_guard_its_producers_timestamp_included() -> None:
+    from datetime import UTC, datetime
+
+    from memwright.events import InvalidSignal, Signal
+    from memwright.sweeping import read_record
+
+    raw = Signal("alice", "m1", "c1", "Always answer in metric units").to_bytes()  # no accepted_at
+    assert read_record(b"alice", raw, 1_700_000_000.0).accepted_at == datetime.fromtimestamp(1_700_000_000, UTC)
+    with pytest.raises(InvalidSignal, match="does not match user_id"):
+        read_record(b"bob", raw, 1_700_000_000.0)
+    # a raw producer may stamp anything: year 11476 is not a date, so the record is refused here
+    # (and dead-lettered by the sweeper) rather than raising where its partition's acks would stop
+    with pytest.raises((ValueError, OverflowError, OSError)):
+        read_record(b"alice", raw, 299_000_000_000.0)

@@ -30,7 +30,7 @@ import os
 import sys
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 import jwt
@@ -48,7 +48,7 @@ class HookConfigError(Exception):
 
 @dataclass(frozen=True)
 class HookConfig:
-    token: str
+    token: str = field(repr=False)  # never printed
     user_id: str
     api_url: str | None
     ingest_url: str | None
@@ -160,4 +160,7 @@ def run(
             print(f"memwright hook {event}: refused: {exc} (check {PREFIX}TOKEN and {PREFIX}USER_ID)", file=stderr)
             return CONFIG_ERROR
         print(f"memwright hook {event}: memwright is unreachable, going on without memory: {exc}", file=stderr)
+    except Exception as exc:  # never exit 2 (the harness would block the prompt): an unusable URL, a bad answer
+        print(f"memwright hook {event}: failed, going on without memory: {exc!r}", file=stderr)
+        return CONFIG_ERROR
     return OK

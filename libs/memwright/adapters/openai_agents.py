@@ -22,6 +22,7 @@ is logged). A refusal (a bad token, another user's id) raises MemwrightError.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -119,7 +120,9 @@ class MemwrightSession:
         return await self.history.get_items(limit)
 
     async def add_items(self, items: list[TResponseInputItem]) -> None:
-        position = len(await self.history.get_items())
+        # every item, not the session's default limit: past it the position would stop growing and
+        # two turns with the same words would share a message id (ingest would drop the second)
+        position = len(await self.history.get_items(sys.maxsize))
         await self.history.add_items(items)
         for offset, item in enumerate(items):
             text = user_text(item)

@@ -21,6 +21,10 @@ from memwright.kafka import KeptProducer
 # sending relay's transaction (commit, rollback or its connection dying), and the next poll takes over.
 # The two-key form keeps it apart from the runs' one-key locks (store/leases.py).
 ONE_RELAY = "SELECT pg_try_advisory_xact_lock(7246, 2)"
+# ...and a relay whose host vanished mid-send (no FIN reaches PostgreSQL) must not hold that lock
+# until the server's TCP keepalive gives up (hours): its transaction ends after this long idle.
+# Well above a send's own bound (the producer's 10 s request timeout).
+RELAY_IDLE_LIMIT = "SET LOCAL idle_in_transaction_session_timeout = '120s'"
 
 CLAIM_BATCH = """
 SELECT outbox_id, memory_id, user_id, audit_id FROM index_outbox
@@ -44,6 +48,7 @@ async def relay_once(
     With `changes_topic`, the batch's audited changes go there too, in outbox order.
     A failure rolls back: the rows stay (a wedged producer is replaced for the next try)."""
     async with pool.acquire() as conn, conn.transaction():
+        await conn.execute(RELAY_IDLE_LIMIT)
         if not await conn.fetchval(ONE_RELAY):
             return 0  # another relay is sending
         rows = await conn.fetch(CLAIM_BATCH, batch)

@@ -335,23 +335,27 @@ class Liveness:
             )
             return {(r["user_id"], r["lease_epoch"]) for r in rows}
 
-        return await self._use(renew_all)
+        return await self._use(renew_all, tidy=False)  # a heartbeat is never delayed by the tidying
 
     async def release(self, lease: Lease, retry_after: float = 0.0) -> None:
         """Free the lease if it is still ours (claimable again after `retry_after` s) and its lock."""
 
         async def release_one(conn: asyncpg.Connection) -> None:
             held = lease.pid == conn.get_server_pid()  # else the lock died with the connection it was on
-            await conn.fetchrow(RELEASE_HELD, lease.user_id, lease.owner, lease.epoch, retry_after, held)
             self._held.discard((lease.user_id, lease.epoch))
+            try:
+                await conn.fetchrow(RELEASE_HELD, lease.user_id, lease.owner, lease.epoch, retry_after, held)
+            except (TimeoutError, asyncio.CancelledError):
+                self._unsure_owner = lease.owner  # it may not have run: freed as unknown before the next use
+                raise
 
         await self._use(release_one)
 
-    async def _use(self, work: Callable[[asyncpg.Connection], Awaitable[T]]) -> T:
+    async def _use(self, work: Callable[[asyncpg.Connection], Awaitable[T]], tidy: bool = True) -> T:
         async with self._lock:
             conn = await self._connection()
             try:
-                if self._unsure_owner is not None:
+                if tidy and self._unsure_owner is not None:
                     await asyncio.wait_for(self._free_unknown(conn, self._unsure_owner), self.timeout)
                 return await asyncio.wait_for(work(conn), self.timeout)
             except Exception as exc:
