@@ -69,16 +69,22 @@ dl.tiles { display: grid; grid-template-columns: repeat(auto-fit, minmax(10rem, 
 JS = """// memwright console: progressive enhancement only; every page works without this file.
 (function () {
   // A sign-in link carries the token in its #fragment (never sent to a server or kept in logs):
-  // take it out of the address bar and history, then post it like a pasted token.
+  // take it out of the address bar and history, then put it in the sign-in form.
   // On any page (a signed-in person is redirected with the fragment kept), never left behind.
   if (location.hash.indexOf("#token=") !== 0) return;
   var token = null;
   try { token = decodeURIComponent(location.hash.slice(7)); } catch (e) { token = null; }
   history.replaceState(null, "", location.pathname + location.search);
+  // Filled in, not sent: a person signs in with a press, so a link someone else made cannot sign
+  // them in to that someone's memories unawares (login CSRF).
   var form = document.getElementById("sign-in");
   if (form && token) {
     form.elements.token.value = token;
-    form.submit();
+    var note = document.createElement("p");
+    note.setAttribute("role", "status");
+    note.textContent = "A sign-in link filled in the token. Press Sign in to open your memories.";
+    form.parentNode.insertBefore(note, form);
+    form.querySelector("button").focus();
   }
 })();
 """

@@ -218,6 +218,15 @@ def _sign_in_link(pipeline: Pipeline, user: str) -> str:
     return f"{pipeline.api}/console/sign-in#token={mint(AUTH, user, ['memories:read', 'memories:write'])}"
 
 
+def _open_sign_in_link(browser: WebDriver, link: str) -> None:
+    """Open a sign-in link: the page fills in the token and waits for the person's press."""
+    browser.get(link)
+    assert "#token" not in browser.current_url  # taken out of the address bar at once
+    assert "Press Sign in" in _wait_for(browser, "[role=status]").text
+    assert browser.current_url.endswith("/console/sign-in"), "a link must not sign anyone in unasked"
+    browser.switch_to.active_element.send_keys(Keys.ENTER)  # the Sign in button has the focus
+
+
 # ---- the flows -------------------------------------------------------------------------
 
 
@@ -230,7 +239,7 @@ async def test_a_sign_in_link_opens_what_is_remembered_with_authors_hypotheses_a
     _record("sign-in page", _timing(browser))
     _accessible(browser, "sign-in")
     _shot(browser, "sign-in")
-    browser.get(_sign_in_link(pipeline, people.ada))  # the script posts the #token= fragment
+    _open_sign_in_link(browser, _sign_in_link(pipeline, people.ada))
     WebDriverWait(browser, 15).until(expected_conditions.url_contains(f"/console/users/{people.ada}"))
     assert "#token" not in browser.current_url and "token=" not in browser.current_url
     assert _h1(browser) == f"What memwright remembers about {people.ada}"
@@ -416,7 +425,7 @@ async def test_the_operator_pastes_a_token_finds_a_user_and_reads_their_runs(
     _shot(browser, "operator-phone", width=375)
     # another user's pages stay closed to a user's session
     browser.delete_all_cookies()
-    browser.get(_sign_in_link(pipeline, people.bo))
+    _open_sign_in_link(browser, _sign_in_link(pipeline, people.bo))
     WebDriverWait(browser, 15).until(expected_conditions.url_contains(f"/console/users/{people.bo}"))
     browser.get(f"{pipeline.api}/console/users/{people.ada}")
     assert "may not see this user's memories" in _wait_for(browser, ".error").text
