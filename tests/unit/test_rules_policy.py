@@ -146,6 +146,14 @@ async def test_repetition_inside_one_conversation_stays_a_hypothesis() -> None:
     assert (h.statement, h.count, h.conversations, h.message_ids) == ("User is a teacher", 2, ["c1"], ["m1", "m3"])
 
 
+async def test_a_restatement_inside_one_conversation_is_not_remembered_at_once() -> None:
+    memories, working = await remember(
+        ["I'm a nurse.", "What's a good podcast for a long drive?", "Like I said, I'm a nurse, so nights are my days."]
+    )
+    assert memories == []  # said twice, but in one conversation: it waits for another
+    assert any("nurse" in h.statement.lower() for h in working.hypotheses)
+
+
 async def test_a_hypothesis_that_does_not_repeat_within_the_horizon_fades() -> None:
     tools = make_tools([msg("m1", "I like jazz.", at=T0)])
     await RulesPolicy().run(tools, list(tools.shown.values()))

@@ -657,7 +657,7 @@ def forget_request(sentence: str) -> str | None:
 # ---- the policy --------------------------------------------------------------------------
 
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
-from memwright.agent.lexicon import OUTSIDERS, UNSURE, says_changed  # noqa: E402
+from memwright.agent.lexicon import OUTSIDERS, RESTATED, UNSURE, says_changed  # noqa: E402
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
@@ -831,11 +831,13 @@ class RulesPolicy:
         sure = [i for i, b in enumerate(bodies) if not UNSURE.search(b)]
         if not sure:
             return roles
-        standing = max(sure, key=lambda i: kinds[i].p("standing"))
-        at = STANDING_AT if phrasing.is_english(bodies[standing]) else STANDING_AT_OTHER_LANGUAGE
-        if kinds[standing].p("standing") >= at:
-            roles[standing] = "standing"
-            return roles
+        fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
+        standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
+        if standing is not None:
+            at = STANDING_AT if phrasing.is_english(bodies[standing]) else STANDING_AT_OTHER_LANGUAGE
+            if kinds[standing].p("standing") >= at:
+                roles[standing] = "standing"
+                return roles
         mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
         if not mine:
             return roles
