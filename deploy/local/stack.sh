@@ -308,6 +308,7 @@ kafka_start() {
     command -v java >/dev/null || die "java is not installed (Java 17 expected)"
     kafka_fetch_jars
     local n launched=() formats=()
+    kafka_cluster_id >/dev/null   # made once, here: formats side by side would each make their own
     for (( n = 1; n <= KAFKA_BROKERS; n++ )); do   # format new nodes side by side (a JVM each)
         kafka_node "$n"
         if ! kafka_pid >/dev/null && [[ ! -f "$KAFKA_DATA/meta.properties" ]]; then
