@@ -26,7 +26,7 @@ from aiohttp import web
 from memwright import logs, metrics
 from memwright.auth import AuthError, Principal, is_user_id_reserved, verify
 from memwright.ops import Readiness, ops_app, run_until_stopped, start_site
-from memwright.services.api import console, context, context_cache, openapi
+from memwright.services.api import console, context, context_cache, exports, openapi
 from memwright.services.api.limits import RequestLimits
 from memwright.settings import ApiSettings
 from memwright.store import erasure, memories, user_writes
@@ -277,12 +277,7 @@ def build_app(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits |
         return web.json_response(found)
 
     async def export_user(request: web.Request) -> web.Response:
-        user_id = request.match_info["user_id"]
-        async with pool.acquire() as conn:
-            document = await erasure.export(conn, user_id)
-        return web.json_response(
-            document, headers={"Content-Disposition": f'attachment; filename="memwright-export-{user_id}.json"'}
-        )
+        return await exports.download(pool, request.match_info["user_id"])
 
     # ---- writes by the user ------------------------------------------------------------
 

@@ -37,7 +37,7 @@ import structlog
 from aiohttp import web
 from memwright import metrics
 from memwright.auth import AuthError, Principal, is_user_id_reserved, verify
-from memwright.services.api import openapi
+from memwright.services.api import exports, openapi
 from memwright.services.api.console_assets import CSS, JS
 from memwright.services.api.limits import RequestLimits
 from memwright.settings import ApiSettings
@@ -633,12 +633,7 @@ def build(settings: ApiSettings, pool: asyncpg.Pool, limits: RequestLimits) -> w
         return _page(request, f"Message {message_id}", body)
 
     async def export_page(request: web.Request) -> web.Response:
-        user_id = request.match_info["user_id"]
-        async with pool.acquire() as conn:
-            document = await erasure.export(conn, user_id)
-        return web.json_response(
-            document, headers={"Content-Disposition": f'attachment; filename="memwright-export-{user_id}.json"'}
-        )
+        return await exports.download(pool, request.match_info["user_id"])
 
     async def erase_confirm(request: web.Request) -> web.Response:
         user_id = request.match_info["user_id"]
