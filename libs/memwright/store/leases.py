@@ -93,13 +93,16 @@ WHERE user_id = $1 AND lease_owner = $2 AND lease_epoch = $3
 RETURNING lease_expires_at
 """
 
-# The heartbeat of a whole curator process: one statement renews the leases of all its runs.
-RENEW_HELD = """
-WITH held AS MATERIALIZED (  -- the run locks this (liveness) connection holds, read once
+# The advisory-lock keys this connection holds (the run locks of a liveness connection).
+_HELD_BY_ME = """
     SELECT (l.classid::bigint << 32) | l.objid::bigint AS key FROM pg_locks l
     WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = pg_backend_pid()
       AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-)
+"""
+
+# The heartbeat of a whole curator process: one statement renews the leases of all its runs.
+RENEW_HELD = f"""
+WITH held AS MATERIALIZED ({_HELD_BY_ME})  -- the run locks this (liveness) connection holds, read once
 UPDATE agents a SET lease_expires_at = now() + make_interval(secs => $4)
 FROM unnest($2::text[], $3::bigint[]) AS r(user_id, epoch)
 WHERE a.user_id = r.user_id AND a.lease_owner = $1 AND a.lease_epoch = r.epoch
@@ -113,24 +116,17 @@ UNLOCK = "SELECT pg_advisory_unlock(hashtextextended($1, $2))"
 # After a claim whose answer never came back (a timeout or a cancellation after the statement ran):
 # the leases this process holds locks for but does not know of are freed, then the locks. Without
 # it the unknown run's user would wait two lease lengths for a takeover, its lock held for good.
-FREE_UNKNOWN_LEASES = """
-WITH held AS MATERIALIZED (
-    SELECT (l.classid::bigint << 32) | l.objid::bigint AS key FROM pg_locks l
-    WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = pg_backend_pid()
-      AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-)
+FREE_UNKNOWN_LEASES = f"""
+WITH held AS MATERIALIZED ({_HELD_BY_ME})
 UPDATE agents a SET lease_owner = NULL, lease_expires_at = NULL
 WHERE a.lease_owner = $1
   AND hashtextextended(a.user_id, a.lease_epoch) IN (SELECT key FROM held)
   AND (a.user_id, a.lease_epoch) NOT IN (SELECT * FROM unnest($2::text[], $3::bigint[]))
 RETURNING a.user_id, a.lease_epoch
 """
-UNLOCK_UNKNOWN = """
-SELECT count(*) FILTER (WHERE pg_advisory_unlock((l.classid::bigint << 32) | l.objid::bigint)) FROM pg_locks l
-WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted AND l.pid = pg_backend_pid()
-  AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
-  AND ((l.classid::bigint << 32) | l.objid::bigint)
-      NOT IN (SELECT hashtextextended(u, e) FROM unnest($1::text[], $2::bigint[]) AS k(u, e))
+UNLOCK_UNKNOWN = f"""
+SELECT count(*) FILTER (WHERE pg_advisory_unlock(held.key)) FROM ({_HELD_BY_ME}) AS held
+WHERE held.key NOT IN (SELECT hashtextextended(u, e) FROM unnest($1::text[], $2::bigint[]) AS k(u, e))
 """
 
 # A run's end on the liveness connection, in one round trip: its lease (if still ours) and its lock
