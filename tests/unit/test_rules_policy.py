@@ -421,3 +421,19 @@ def test_the_verb_after_i_takes_the_third_person_even_before_a_comma(said: str, 
     from memwright.agent.rules import as_memory
 
     assert as_memory(said) == memory_text
+
+
+@pytest.mark.parametrize(
+    ("said", "memory_text"),
+    [
+        ("no follow-up questions at the end", "No follow-up questions at the end."),
+        ("Okay, no emojis please", "No emojis."),
+        ("No, I'm vegetarian", "User is vegetarian."),
+    ],
+)
+def test_a_leading_no_negates_the_preference_and_is_dropped_only_as_an_interjection(
+    said: str, memory_text: str
+) -> None:
+    from memwright.agent.rules import as_memory
+
+    assert as_memory(said) == memory_text

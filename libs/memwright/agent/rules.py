@@ -70,11 +70,14 @@ CHANGE_TOPIC = 0.28  # ... when the sentence says something changed (data/words.
 
 # ---- words -------------------------------------------------------------------------------
 
+# "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
+# follow-up questions" must not become "Follow-up questions.")
 _LEAD_IN = re.compile(
-    r"^(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
-    r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|no|nope|one more thing|one thing|"
+    r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
+    r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
-    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)+",
+    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)|"
+    r"(?:(?:no|nope)\b\s*[:,!.-][\s:,!.-]*))+",
     re.IGNORECASE,
 )
 _SPLIT = re.compile(r"(?<=[.!?;])\s+|\n+")
