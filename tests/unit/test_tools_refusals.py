@@ -59,7 +59,10 @@ def test_user_written_memories_do_not_count_against_the_budget() -> None:
 def test_after_a_consolidation_there_is_room_again() -> None:
     tools, mems = full_tools()
     merged = tools.consolidate_memories(
-        [mems[0].memory_id, mems[1].memory_id], "Never use emojis or exclamation marks.", ["m2"], "overlap"
+        [mems[0].memory_id, mems[1].memory_id],
+        "Never use emojis or exclamation marks.",
+        reason="overlap",
+        evidence=["m2"],
     )
     assert merged.startswith("Consolidated")
     assert tools.create_memory("Always answer in metric units.", ["m1"]).startswith("Created memory")
@@ -82,7 +85,7 @@ def test_unknown_or_foreign_evidence_is_refused_everywhere() -> None:
         "create_memory": lambda ev: tools.create_memory("Always answer in metric units.", ev),
         "update_memory": lambda ev: tools.update_memory(agent_id, "Always cite sources with links.", ev, "more"),
         "consolidate_memories": lambda ev: tools.consolidate_memories(
-            [mems[0].memory_id, mems[1].memory_id], "Never use emojis.", ev, "overlap"
+            [mems[0].memory_id, mems[1].memory_id], "Never use emojis.", reason="overlap", evidence=ev
         ),
         "note_hypothesis": lambda ev: tools.note_hypothesis("User likes metric units", ev),
         "delete_memory": lambda ev: tools.delete_memory(agent_id, "the user asked", ev),
@@ -124,8 +127,14 @@ def test_user_written_memories_can_be_read_but_not_changed() -> None:
     tools.budget = 40
     mine = mems[3].memory_id
     assert tools.get_memory(mine).startswith(f"{mine} [user, v1] I am allergic to nuts.")
-    assert_refused(tools.update_memory(mine, "x", ["m1"], "r"), tools, "written by the user", "not update")
-    assert_refused(tools.consolidate_memories([mine, mems[2].memory_id], "x", ["m1"], "r"), tools, "not consolidate")
+    assert_refused(
+        tools.update_memory(mine, "x", reason="r", evidence=["m1"]), tools, "written by the user", "not update"
+    )
+    assert_refused(
+        tools.consolidate_memories([mine, mems[2].memory_id], "x", reason="r", evidence=["m1"]),
+        tools,
+        "not consolidate",
+    )
     assert_refused(tools.delete_memory(mine, "stale"), tools, "not delete")
     assert tools.changes == [] and tools.memories[mine].text == "I am allergic to nuts."
 
@@ -137,10 +146,14 @@ def test_unknown_ids_empty_text_and_missing_reasons_are_refused() -> None:
     tools, mems = full_tools()
     tools.budget = 40
     assert_refused(tools.get_memory("nope"), tools, "No memory nope exists")
-    assert_refused(tools.update_memory("nope", "x", ["m1"], "r"), tools, "call list_memories")
+    assert_refused(tools.update_memory("nope", "x", reason="r", evidence=["m1"]), tools, "call list_memories")
     assert_refused(tools.delete_memory("nope", "r"), tools, "No memory nope")
-    assert_refused(tools.consolidate_memories([mems[0].memory_id], "x", ["m1"], "r"), tools, "at least two")
-    assert_refused(tools.consolidate_memories([mems[0].memory_id, "nope"], "x", ["m1"], "r"), tools, "No memory")
+    assert_refused(
+        tools.consolidate_memories([mems[0].memory_id], "x", reason="r", evidence=["m1"]), tools, "at least two"
+    )
+    assert_refused(
+        tools.consolidate_memories([mems[0].memory_id, "nope"], "x", reason="r", evidence=["m1"]), tools, "No memory"
+    )
     assert_refused(tools.create_memory("   ", ["m1"]), tools, "The text is empty")
     assert_refused(tools.create_memory("x" * (MAX_MEMORY_CHARS + 1), ["m1"]), tools, "keep a memory under")
     assert_refused(tools.delete_memory(mems[0].memory_id, "  "), tools, "Say why")
@@ -164,7 +177,7 @@ def test_a_secret_an_instruction_or_a_claim_of_authority_is_refused_by_every_wri
         "create_memory": lambda text: tools.create_memory(text, ["m1"]),
         "update_memory": lambda text: tools.update_memory(agent_id, text, ["m1"], "restated"),
         "consolidate_memories": lambda text: tools.consolidate_memories(
-            [mems[0].memory_id, mems[1].memory_id], text, ["m2"], "overlap"
+            [mems[0].memory_id, mems[1].memory_id], text, reason="overlap", evidence=["m2"]
         ),
         "note_hypothesis": lambda text: tools.note_hypothesis(text, ["m1"]),
     }
@@ -272,3 +285,12 @@ def test_search_similar_embeds_each_memory_once_per_run_and_again_for_another_mo
     second = tools.embedder = CountingEmbedder()
     tools.search_similar("emojis")
     assert len(second.texts) == len(mems) + 1  # vectors of another model are never reused
+
+
+def test_a_consolidation_keeps_exactly_its_sources_receipts_when_it_cites_nothing_new() -> None:
+    tools, mems = full_tools()
+    a, b = mems[0], mems[1]
+    merged = tools.consolidate_memories([a.memory_id, b.memory_id], f"{a.text} {b.text}", reason="overlap")
+    assert merged.startswith("Consolidated"), merged
+    (new,) = [m for m in tools.memories.values() if m.memory_id not in {x.memory_id for x in mems}]
+    assert new.evidence == sorted(set(a.evidence) | set(b.evidence))

@@ -127,10 +127,12 @@ TOOLS: dict[str, ToolSpec] = {
             {
                 "memory_ids": _p(_IDS, "the memories to merge (at least two)"),
                 "text": _p(_STR, "the merged text"),
-                "evidence": _p(_IDS, "ids of the user's messages shown to you that justify the merge"),
+                "evidence": _p(
+                    _IDS, "optional: ids of new user messages the merged text also states (the sources' are kept)"
+                ),
                 "reason": _p(_STR, "why they belong together"),
             },
-            ("memory_ids", "text", "evidence", "reason"),
+            ("memory_ids", "text", "reason"),
         ),
         ToolSpec(
             "delete_memory",

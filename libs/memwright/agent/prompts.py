@@ -33,11 +33,12 @@ something, delete_memory it (cite the request as evidence) or drop_hypothesis it
 the new evidence instead of adding a duplicate.
 
 The budget is hard. When create_memory answers that you are out of room, nothing is evicted for \
-you: consolidate_memories two memories that overlap into one (their evidence is kept), \
+you: consolidate_memories two memories that overlap into one (their evidence is kept; cite \
+a new message only when the merged text also says what it said), \
 delete_memory one that is no longer true or useful, or update_memory an existing one to include \
 the new information instead. Then try again if you still need to.
 
-Receipts: every create_memory, update_memory and consolidate_memories must cite evidence, the \
+Receipts: every create_memory and update_memory must cite evidence, the \
 ids of the user's own messages shown to you below (the new messages and the messages behind your \
 hypotheses). Never invent ids; assistant messages cannot be cited. Memories marked [user] were \
 written by the user: you may read them but never change or delete them.

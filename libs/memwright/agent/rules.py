@@ -1237,7 +1237,7 @@ class RulesPolicy:
             if score < 1.0 or len(merged) > MAX_MEMORY_CHARS:
                 continue
             consolidated = tools.consolidate_memories(
-                [a.memory_id, b.memory_id], merged, evidence, "budget full: these two overlap"
+                [a.memory_id, b.memory_id], merged, reason="budget full: these two overlap"
             )
             if consolidated.startswith("Refused"):
                 continue
@@ -1260,7 +1260,7 @@ class RulesPolicy:
                 if len(merged) > MAX_MEMORY_CHARS:
                     continue
                 consolidated = tools.consolidate_memories(
-                    [a.memory_id, b.memory_id], merged, evidence, "budget full: the two closest in meaning"
+                    [a.memory_id, b.memory_id], merged, reason="budget full: the two closest in meaning"
                 )
                 if consolidated.startswith("Refused"):
                     continue

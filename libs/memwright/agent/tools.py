@@ -214,15 +214,25 @@ class MemoryTools:
         self.changes.append(Change("update", memory_id, before, m.snapshot(), sorted(set(evidence)), reason))
         return f"Updated memory {memory_id} (now version {m.version})."
 
-    def consolidate_memories(self, memory_ids: list[str], text: str, evidence: list[str], reason: str) -> str:
+    def consolidate_memories(
+        self, memory_ids: list[str], text: str, reason: str, evidence: list[str] | None = None
+    ) -> str:
+        """The merged memory keeps every source's receipts. `evidence` may be empty (a merge made
+        to free room adds no message); a message cited there joins the receipts, so cite one only
+        when the merged text says what it said."""
         ids = list(dict.fromkeys(memory_ids))
+        evidence = evidence or []
         if len(ids) < 2:
             return self._refuse("consolidate_memories", "Consolidation needs at least two different memory ids.")
         for mid in ids:
             problem = self._check_exists(mid) or self._check_agent_owned(mid, "consolidate")
             if problem:
                 return self._refuse("consolidate_memories", problem)
-        problem = self._check_text(text) or self._check_evidence(evidence) or self._check_not_deleted(text, evidence)
+        problem = (
+            self._check_text(text)
+            or (self._check_evidence(evidence) if evidence else None)
+            or self._check_not_deleted(text, evidence)
+        )
         if problem:
             return self._refuse("consolidate_memories", problem)
         sources = [self.memories.pop(mid) for mid in ids]
