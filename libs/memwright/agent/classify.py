@@ -47,7 +47,7 @@ _QUESTION_START = re.compile(
     r"wie|was|wo|warum|welche|quel|quelle|comment|pourquoi|o[uù]|est-ce)\b",
     re.IGNORECASE,
 )
-_FIRST_PERSON = re.compile(
+FIRST_PERSON = re.compile(
     r"\b(?:i|i'm|im|i've|i'd|i'll|me|my|mine|myself|we|our|us|je|j'|moi|mon|ma|mes|ich|mich|mir|mein|meine|"
     r"yo|mi|mis|me|eu|meu|minha)\b",
     re.IGNORECASE,
@@ -89,7 +89,7 @@ def rule_features(sentence: str) -> list[float]:
         float(guard.check(sentence) is not None),
         float(bool(rules.scoped(body))),
         float(bool(rules.standing_words(body))),
-        float(bool(_FIRST_PERSON.search(body))),
+        float(bool(FIRST_PERSON.search(body))),
     ]
 
 

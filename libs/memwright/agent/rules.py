@@ -45,8 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from memwright.agent import guard
-from memwright.agent.classify import Detector, SentenceType, shared_detector
+from memwright.agent import guard, material
+from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
@@ -706,13 +706,21 @@ class RulesPolicy:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         user = [m for m in new_messages if m.role == "user"]
-        split = [sentences(m.text) for m in user]
+        split = [sentences(material.own_words(m.text)) for m in user]  # pasted text is not the user speaking
         flat = [s for ss in split for s in ss]
         # one batch per run, off the event loop: the model is CPU-bound
         types = iter(await asyncio.to_thread(self.detector.classify, flat) if flat else [])
         tools.embedder = self._embedder()
+        roleplay: dict[str, str] = {}  # conversation -> the role-play it set up in this window
         for msg, said in zip(user, split, strict=True):
             kinds = [next(types) for _ in said]
+            opened = material.frame(msg.text)
+            if opened is not None and opened[1]:
+                roleplay[msg.conversation_id] = opened[0]
+            if opened is not None or msg.conversation_id in roleplay:
+                name = opened[0] if opened is not None else roleplay[msg.conversation_id]
+                results.append(f"Nothing remembered from {msg.message_id}: it is inside a '{name}' frame.")
+                continue
             verdict = guard.check(msg.text)
             if verdict is not None and verdict.kind != "secret":
                 # a message that tries to steer the memory or claims authority is no source of
@@ -835,6 +843,9 @@ class RulesPolicy:
         if not sure:
             return roles
         fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
+        # a bare request, or an instruction after one in the same message, is about that request: at
+        # most weak (the same request in another conversation graduates)
+        fresh = [i for i in fresh if not _about_the_request(said, i)]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
             at = STANDING_AT if phrasing.is_english(bodies[standing]) else STANDING_AT_OTHER_LANGUAGE
@@ -1294,6 +1305,16 @@ class RulesPolicy:
             counts[c.action] = counts.get(c.action, 0) + 1
         done = ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "no memory change"
         return f"{len(new_messages)} message(s) in {', '.join(conversations)}: {done}."
+
+
+def _about_the_request(said: list[str], i: int) -> bool:
+    """Sentence i is a request, or an instruction after a request in the same message, with no
+    first person, no question and no standing words: "List five pros and cons of electric cars.",
+    "Write SQL for the top customers. Use CTEs, not subqueries."."""
+    body = strip_lead_in(said[i])
+    if not any(material.is_request(s) for s in said[: i + 1]):
+        return False
+    return not (FIRST_PERSON.search(body) or body.endswith("?") or standing_words(body))
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:

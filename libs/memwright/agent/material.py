@@ -1,0 +1,83 @@
+"""What in a message is the user speaking, and what is material handed over to be worked on.
+
+Chat requests carry text that is not the user's own statement: a draft to proofread ("Proofread
+this: I am a motivated engineer ..."), a sentence to translate, a pasted review, a code block with
+its comments, a quoted line, a role-play or a story set up in the first person. Read as the user's
+words, such text becomes false memories ("User is a motivated engineer"). The default policy reads
+only `own_words(text)` and nothing at all from a message that `frame(text)` names. Both are
+structural (fences, quotes, a colon after a request about a text, a frame at the start): the word
+lists they use are `material_cues`, `roleplay_frames` and `writing_frames` in data/words.toml.
+"""
+
+from __future__ import annotations
+
+import re
+
+from memwright.agent.lexicon import word_pattern
+
+_CUE = word_pattern("material_cues")
+_ROLEPLAY = word_pattern("roleplay_frames")
+_WRITING = word_pattern("writing_frames")
+_REQUEST = word_pattern("request_verbs", anchored=True)
+_FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
+_INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
+_QUOTES = re.compile(r'"[^"\n]*"|“[^”]*”|«[^»]*»')  # paired left to right
+QUOTE_WORDS = 5  # a quotation this long is material; a short one stays ('don't start with "Great question"')
+_OPENING = re.compile(
+    r"^(?:please\s+|ok(?:ay)?[,\s]+|hey[,\s]+|hi[,\s]+|so[,\s]+|now[,\s]+|"
+    r"(?:can|could|would|will) you\s+(?:please\s+)?|i'd like you to\s+|i want you to\s+|let's\s+)*",
+    re.I,
+)
+_SENTENCE_END = re.compile(r"[.!?]\s")
+
+
+def frame(text: str) -> tuple[str, bool] | None:
+    """The frame a message opens with and whether it is a role-play (which holds for the rest of
+    the conversation), or None: ("act as", True), ("write a short story", False)."""
+    head = _OPENING.sub("", text.strip(), count=1)
+    for pattern, roleplay in ((_ROLEPLAY, True), (_WRITING, False)):
+        match = pattern.match(head) or pattern.match(text.strip())
+        if match:
+            return match.group(0).lower(), roleplay
+    return None
+
+
+def _introduces_material(request: str) -> bool:
+    """Whether the words before a colon (or a line break) ask for work on a text."""
+    last = _SENTENCE_END.split(request)[-1]  # only the sentence the colon ends
+    return bool(_CUE.search(last)) and len(last.split()) <= 25
+
+
+def own_words(text: str) -> str:
+    """The message without code, long quotations and the material a request introduces."""
+    s = _FENCE.sub(" ", text)
+    if "\n" in s:
+        s = _INDENTED.sub(" ", s)
+    s = _QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
+    for match in re.finditer(r":(?!\d|//)", s):
+        if _introduces_material(s[: match.start()]):
+            return s[: match.start() + 1].strip()
+    first, newline, rest = s.partition("\n")
+    if newline and rest.strip() and _introduces_material(first) and not first.rstrip().endswith((".", "!")):
+        return first.strip()
+    return s.strip()
+
+
+# after a request verb these make it a manner of writing ("Write in UK English"), not a request
+_MANNER = re.compile(
+    r"\s+(?:in|like|with|without|using|as|more|less|shorter|longer|briefly|simply|plainly|clearly|formally|"
+    r"informally|concisely|everything|all|every|your|always|only|never)\b",
+    re.I,
+)
+
+
+def is_request(sentence: str) -> bool:
+    """Whether a sentence asks the assistant for something: a question, or an opening verb of
+    request ("List five pros and cons ...", "Can you give me ..."), not a manner of writing
+    ("Write in UK English.")."""
+    s = sentence.strip()
+    if s.endswith("?"):
+        return True
+    head = _OPENING.sub("", s, count=1)
+    verb = _REQUEST.match(head)
+    return verb is not None and not _MANNER.match(head, verb.end())

@@ -1,0 +1,82 @@
+"""Pasted material, quotations, code and role-play are not the user speaking (agent/material.py):
+nothing in them becomes a memory, while the user's own words beside them still do."""
+
+from __future__ import annotations
+
+import pytest
+from memwright.agent.material import frame, is_request, own_words
+
+from tests.unit.test_rules_policy import remember
+
+
+@pytest.mark.parametrize(
+    ("text", "own"),
+    [
+        ("Proofread this: I am a motivated engineer who never misses a deadline.", "Proofread this:"),
+        ("Translate into French: I don't eat pork, I prefer chicken.", "Translate into French:"),
+        ('Fix the grammar in "me and him always goes to the gym on mondays"', "Fix the grammar in …"),
+        ("Why does this fail?\n```python\n# always use tabs\nx = 1\n```", "Why does this fail?"),
+        ("Summarize this\nI think the budget is too small and I never agreed to the freeze.", "Summarize this"),
+        # the user's own words stay: a short quotation, a colon that introduces no material
+        ('also don\'t start with "Great question"', 'also don\'t start with "Great question"'),
+        ("One more thing: always use metric units.", "One more thing: always use metric units."),
+        (
+            "Quick question: I'm vegetarian, what protein is good?",
+            "Quick question: I'm vegetarian, what protein is good?",
+        ),
+        ("We meet at 10:30, I hate mornings.", "We meet at 10:30, I hate mornings."),
+        # quotations pair left to right: a short one does not open a long one
+        (
+            'It\'s "realistic" they say. And no "have you considered your options" talk.',
+            'It\'s "realistic" they say. And no … talk.',
+        ),
+    ],
+)
+def test_own_words_leave_out_what_the_user_hands_over(text: str, own: str) -> None:
+    assert own_words(text) == own
+
+
+def test_frames_and_requests() -> None:
+    assert frame("I want you to act as a Linux terminal. I will type commands.") == ("act as", True)
+    assert frame("Let's play a game. You are a detective.") == ("let's play", True)
+    assert frame("Write a short story about a girl who hates rain.") == ("write a short story", False)
+    assert frame("You keep adding disclaimers. Cut it out.") is None
+    assert frame("I act as treasurer for my club.") is None
+    assert is_request("List five pros and cons of electric cars.")
+    assert is_request("Can you give me the Go version?")
+    assert not is_request("Tables, not prose, for comparisons.")
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        "Please proofread this: I am a highly motivated engineer and I always meet my deadlines.",
+        "Translate into German: I don't drink coffee, I prefer green tea.",
+        "Why does this loop never end?\n```python\n# always use tabs here\nwhile True:\n    pass\n```",
+        "Act as a Linux terminal. I will type commands and you will reply with the output.",
+        "Write a short story about a girl who hates the rain. She always carries an umbrella.",
+        "Write SQL to find the top 5 customers by revenue. Use CTEs, not subqueries.",
+        "List five pros and cons of electric cars.",
+    ],
+)
+async def test_nothing_is_remembered_from_material_a_frame_or_a_task_instruction(message: str) -> None:
+    memories, working = await remember([message], [message])
+    assert memories == []
+    # a request may be held (the same request in other words in another conversation graduates),
+    # never the material it brought
+    held = " ".join(h.statement for h in working.hypotheses).lower()
+    assert not any(word in held for word in ("motivated", "coffee", "tabs", "umbrella", "terminal"))
+
+
+async def test_a_role_play_holds_for_the_rest_of_the_window_a_writing_frame_does_not() -> None:
+    memories, _ = await remember(["Let's play a game. You are a detective.", "I never leave my house on Sundays."])
+    assert memories == []
+    memories, _ = await remember(["Write a poem about autumn.", "Always answer in metric units."])
+    assert [m.text for m in memories] == ["Always answer in metric units."]
+
+
+async def test_the_users_own_preference_beside_material_is_remembered() -> None:
+    memories, _ = await remember(
+        ["I never want exclamation marks in anything you write for me. Proofread this: I am thrilled to apply!"]
+    )
+    assert len(memories) == 1 and "exclamation" in memories[0].text and "thrilled" not in memories[0].text
