@@ -437,3 +437,24 @@ def test_a_leading_no_negates_the_preference_and_is_dropped_only_as_an_interject
     from memwright.agent.rules import as_memory
 
     assert as_memory(said) == memory_text
+
+
+async def test_a_held_fact_that_changes_is_remembered_as_the_new_value_alone() -> None:
+    memories, working = await remember(
+        ["I'm at uni studying law.", "how do I cite a case in OSCOLA"],
+        ["finished my degree, doing the LPC now and starting a training contract in September"],
+    )
+    [m] = memories
+    assert "LPC" in m.text and "uni" not in m.text
+    assert m.evidence == ["m3"]
+    assert not any("uni" in h.statement for h in working.hypotheses)
+
+
+async def test_a_change_supersedes_the_held_hypothesis_of_the_same_exclusive_topic() -> None:
+    memories, working = await remember(
+        ["Send me all reminders about my running plan in km.", "how far should I run this week"],
+        ["I joined a US running club and everyone talks miles, so switch me to miles please"],
+    )
+    assert any("miles" in m.text for m in memories)
+    assert not any("km" in m.text for m in memories)
+    assert not any("km" in h.statement for h in working.hypotheses)

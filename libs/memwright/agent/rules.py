@@ -885,8 +885,10 @@ class RulesPolicy:
         return [t.p("standing") + t.p("weak") for t in self.detector.classify(pieces)]
 
     def _closest_memory(self, tools: MemoryTools, vector: np.ndarray) -> tuple[Memory, float] | None:
+        """The agent memory closest in meaning, by its closest sentence (a consolidated memory holds
+        several preferences; the whole text's vector is closer to none of them)."""
         agent = [m for m in tools.memories.values() if m.author == "agent"]
-        scored = [(m, float(self._vector(m.text) @ vector)) for m in agent]
+        scored = [(m, max(float(self._vector(s) @ vector) for s in [m.text, *sentences(m.text)])) for m in agent]
         return max(scored, key=lambda p: p[1]) if scored else None
 
     def _standing(
@@ -927,14 +929,17 @@ class RulesPolicy:
     ) -> Hypothesis | None:
         """A held hypothesis from an earlier conversation that a standing sentence changes ("I work
         at Google" held, then "left Google, now PM at a climate startup"): the closest one, when the
-        message says something changed and it is close (CHANGE_TOPIC)."""
+        message says something changed and it is close (CHANGE_TOPIC). One that names another value
+        of the same exclusive topic ("in km" held, then "switch me to miles") comes first."""
         if not (changing or says_changed(msg.text)):
             return None
-        scored = [
-            (float(self._vector(h.statement) @ vector), h)
-            for h in tools.working.hypotheses
-            if msg.conversation_id not in h.conversations
-        ]
+        earlier = [h for h in tools.working.hypotheses if msg.conversation_id not in h.conversations]
+        topics = categories(msg.text) & EXCLUSIVE_CATEGORIES
+        for h in earlier:
+            shared = topics & categories(h.statement)
+            if shared and _alternatives(h.statement, msg.text, shared):
+                return h
+        scored = [(float(self._vector(h.statement) @ vector), h) for h in earlier]
         best = max(scored, key=lambda p: p[0], default=None)
         return best[1] if best is not None and best[0] >= CHANGE_TOPIC else None
 
@@ -973,12 +978,16 @@ class RulesPolicy:
         h = best[1]
         evidence = [m for m in h.message_ids if m in tools.shown] + [msg.message_id]
         merged = _join(h.statement, text)
-        if best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2:
+        why = f"said again by meaning in {msg.conversation_id}"
+        if _is_standing_change(body):  # "at uni studying law" held, then "finished my degree, doing the LPC now"
+            merged, evidence = phrasing.without_old(text, h.statement), [msg.message_id]
+            why = f"superseded by what the user said in {msg.message_id}"
+        elif best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2:
             merged = text  # the same words again, or too long together: the newer sentence
         outcome = self._remember(tools, merged, evidence)
         results = [outcome.result]
         if outcome.stored and tools.working.find(h.id) is not None:
-            results.append(tools.drop_hypothesis(h.id, f"said again by meaning in {msg.conversation_id}"))
+            results.append(tools.drop_hypothesis(h.id, why))
         if outcome.memory_id:
             last[msg.conversation_id] = ("memory", outcome.memory_id)
         return results
