@@ -41,6 +41,8 @@ def test_frames_and_requests() -> None:
     assert frame("Let's play a game. You are a detective.") == ("let's play", True)
     assert frame("Write a short story about a girl who hates rain.") == ("write a short story", False)
     assert frame("You keep adding disclaimers. Cut it out.") is None
+    assert frame("You are a support agent for a bank. Always answer politely.") == ("you are a support agent", False)
+    assert frame("You are a lifesaver! I'm vegan, by the way.") is None
     assert frame("I act as treasurer for my club.") is None
     assert is_request("List five pros and cons of electric cars.")
     assert is_request("Can you give me the Go version?")

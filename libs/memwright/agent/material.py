@@ -6,7 +6,8 @@ its comments, a quoted line, a role-play or a story set up in the first person. 
 words, such text becomes false memories ("User is a motivated engineer"). The default policy reads
 only `own_words(text)` and nothing at all from a message that `frame(text)` names. Both are
 structural (fences, quotes, a colon after a request about a text, a frame at the start): the word
-lists they use are `material_cues`, `roleplay_frames` and `writing_frames` in data/words.toml.
+lists they use are `material_cues`, `roleplay_frames`, `writing_frames`, `assistant_roles` and
+`request_verbs` in data/words.toml.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ _CUE = word_pattern("material_cues")
 _ROLEPLAY = word_pattern("roleplay_frames")
 _WRITING = word_pattern("writing_frames")
 _REQUEST = word_pattern("request_verbs", anchored=True)
+_ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("assistant_roles").pattern, re.I)
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
 _QUOTES = re.compile(r'"[^"\n]*"|“[^”]*”|«[^»]*»')  # paired left to right
@@ -39,7 +41,8 @@ def frame(text: str) -> tuple[str, bool] | None:
         match = pattern.match(head) or pattern.match(text.strip())
         if match:
             return match.group(0).lower(), roleplay
-    return None
+    role = _ROLE.match(head)
+    return (role.group(0).lower(), False) if role else None
 
 
 def _introduces_material(request: str) -> bool:
