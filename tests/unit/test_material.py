@@ -59,6 +59,7 @@ def test_frames_and_requests() -> None:
         "Write a short story about a girl who hates the rain. She always carries an umbrella.",
         "Write SQL to find the top 5 customers by revenue. Use CTEs, not subqueries.",
         "List five pros and cons of electric cars.",
+        "Give me ten names for a bakery. Keep them short and catchy.",
     ],
 )
 async def test_nothing_is_remembered_from_material_a_frame_or_a_task_instruction(message: str) -> None:

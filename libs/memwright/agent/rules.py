@@ -1316,6 +1316,9 @@ class RulesPolicy:
         return f"{len(new_messages)} message(s) in {', '.join(conversations)}: {done}."
 
 
+_OBJECT_SELF = re.compile(r"\b(?:me|us)\b", re.I)  # "Give me ten names" asks; it discloses nothing
+
+
 def _about_the_request(said: list[str], i: int) -> bool:
     """Sentence i is a request, or an instruction after a request in the same message, with no
     first person, no question and no standing words: "List five pros and cons of electric cars.",
@@ -1323,7 +1326,7 @@ def _about_the_request(said: list[str], i: int) -> bool:
     body = strip_lead_in(said[i])
     if not any(material.is_request(s) for s in said[: i + 1]):
         return False
-    return not (FIRST_PERSON.search(body) or body.endswith("?") or standing_words(body))
+    return not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or body.endswith("?") or standing_words(body))
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:

@@ -27,7 +27,15 @@ from typing import Any
 DEFAULT_DATASET = "memories.jsonl"
 # The shipped files by name: the set the rules policy was tuned on, and the splits of the
 # hand-written users (docs/quality.md: tune on train and dev, report test).
-SPLITS = {"shipped": DEFAULT_DATASET, "train": "train.jsonl", "dev": "dev.jsonl", "test": "test.jsonl"}
+# "chat": one-message users in the style of public chat logs (one-offs, and preferences stated inside
+# requests), written by hand for the probe in docs/quality.md.
+SPLITS = {
+    "shipped": DEFAULT_DATASET,
+    "train": "train.jsonl",
+    "dev": "dev.jsonl",
+    "test": "test.jsonl",
+    "chat": "chat_probe.jsonl",
+}
 
 # What a user's case is mainly about (docs/quality.md says what each means).
 CATEGORIES = ("explicit", "repeated_weak", "single_weak", "one_off", "update", "budget", "poisoning")
