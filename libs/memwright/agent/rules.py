@@ -13,6 +13,10 @@ labelled data in the repo), which reads what the patterns miss, in any wording:
 - near-duplicates are found by meaning, and at the budget the two memories closest in meaning are
   consolidated (their words and receipts kept) when nothing overlaps in words.
 
+Only the user's own words are read (material.py): pasted drafts, quotations, code and role-play are
+not the user speaking. A bare request, or an instruction after one in the same message, is held at
+most, never remembered at once.
+
 Word lists live in data/words.toml (lexicon.py). Thresholds were chosen on the train and dev splits
 (docs/quality.md, "The default policy"). The patterns, as before:
 
