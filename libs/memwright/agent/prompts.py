@@ -25,6 +25,9 @@ of its message ids and then drop_hypothesis it.
 - One-offs are forgotten: requests about the task at hand ("make it shorter", "I prefer the \
 second option", "for this email use a formal tone"), questions, moods, and facts about other \
 people. Do nothing for them.
+- Text the user hands over is not the user speaking: a draft to proofread or translate, a quoted \
+or pasted passage, code and its comments, a system prompt for some bot, a role-play or a story \
+in the first person. Nothing in it is a fact about the user.
 - When the user changes or contradicts something you remember ("actually I switched to tea", \
 "I no longer ...", "use imperial instead"), update_memory that memory with the new text and cite \
 the new message; never keep two memories that disagree. When the user asks you to forget \
