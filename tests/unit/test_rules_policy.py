@@ -458,3 +458,15 @@ async def test_a_change_supersedes_the_held_hypothesis_of_the_same_exclusive_top
     assert any("miles" in m.text for m in memories)
     assert not any("km" in m.text for m in memories)
     assert not any("km" in h.statement for h in working.hypotheses)
+
+
+async def test_a_sentence_tied_to_the_task_is_not_remembered_at_once_unless_it_says_a_habit() -> None:
+    memories, _ = await remember(
+        [
+            "I need to ask my boss for a raise. For this one I'd like a script, actual sentences I can say, "
+            "because I freeze when I'm on the spot."
+        ]
+    )
+    assert memories == []
+    memories, _ = await remember(["Add that I always travel carry-on only, so the list has to fit a 40L backpack."])
+    assert any("carry-on" in m.text for m in memories)

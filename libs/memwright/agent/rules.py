@@ -849,7 +849,8 @@ class RulesPolicy:
         fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
         # a bare request, or an instruction after one in the same message, is about that request: at
         # most weak (the same request in another conversation graduates)
-        fresh = [i for i in fresh if not _about_the_request(said, i)]
+        # ... and so is one tied to the task at hand ("for this email", "tonight") unless it says a habit
+        fresh = [i for i in fresh if not _about_the_request(said, i) and not _task_bound(bodies[i])]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
             at = STANDING_AT if phrasing.is_english(bodies[standing]) else STANDING_AT_OTHER_LANGUAGE
@@ -1318,6 +1319,15 @@ class RulesPolicy:
             counts[c.action] = counts.get(c.action, 0) + 1
         done = ", ".join(f"{n} {a}" for a, n in sorted(counts.items())) or "no memory change"
         return f"{len(new_messages)} message(s) in {', '.join(conversations)}: {done}."
+
+
+_HABIT = re.compile(r"\b(?:always|never|every|usually|generally|whenever)\b", re.I)
+
+
+def _task_bound(body: str) -> bool:
+    """Words tie the sentence to the task at hand and none says a habit: "the budget for this trip
+    is 800 euros", not "I always travel carry-on, so the list has to fit a 40L bag"."""
+    return scoped(body) and not _HABIT.search(body)
 
 
 _OBJECT_SELF = re.compile(r"\b(?:me|us)\b", re.I)  # "Give me ten names" asks; it discloses nothing
