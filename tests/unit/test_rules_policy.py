@@ -470,3 +470,13 @@ async def test_a_sentence_tied_to_the_task_is_not_remembered_at_once_unless_it_s
     assert memories == []
     memories, _ = await remember(["Add that I always travel carry-on only, so the list has to fit a 40L backpack."])
     assert any("carry-on" in m.text for m in memories)
+
+
+async def test_a_weak_change_supersedes_the_held_hypothesis_it_changes() -> None:
+    memories, working = await remember(
+        ["I'm on iPhone", "what's the best app for budgeting"],
+        ["switched to a Pixel, Android now", "best app for note taking"],
+    )
+    assert any("Pixel" in m.text for m in memories)
+    assert not any("iPhone" in m.text for m in memories)
+    assert not any("iPhone" in h.statement for h in working.hypotheses)

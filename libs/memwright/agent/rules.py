@@ -955,6 +955,9 @@ class RulesPolicy:
         closest = self._closest_memory(tools, vector)
         if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
             return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
+        # "I'm on iPhone" held, then "switched to a Pixel, Android now"
+        if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
+            return self._standing(tools, msg, body, kind, last, CHANGED)
         text = phrasing.memory_text(body, self._clause_score)
         mine = self._sentence_vectors([msg.text])
         match_at = MATCH_AT if phrasing.is_english(msg.text) else MATCH_AT_OTHER_LANGUAGE
