@@ -297,3 +297,16 @@ async def test_a_one_off_close_to_a_held_hypothesis_goes_to_the_model() -> None:
 
 def text_answer() -> object:
     return text("nothing to remember")
+
+
+def test_a_window_of_long_messages_is_shown_within_the_budget_head_and_tail() -> None:
+    from memwright.agent.prompts import MESSAGES_CHARS, render_context
+
+    long = "I keep kosher. " + "x" * 7900 + " Never suggest pork."
+    messages = conversation("c1", *[long] * 12)
+    rendered = render_context(make_tools(messages), messages)
+    assert len(rendered) < MESSAGES_CHARS + 4_000
+    assert rendered.count("characters not shown") == 12
+    assert rendered.count("I keep kosher.") == 12 and rendered.count("Never suggest pork.") == 12
+    short = conversation("c1", "Always answer in metric units.")
+    assert "not shown" not in render_context(make_tools(short), short)

@@ -5,6 +5,11 @@ from __future__ import annotations
 from memwright.agent.tools import MemoryTools, Message
 
 MAX_DELETED_SHOWN = 30  # the latest deletions shown to the model; the tool layer checks them all
+# Characters of message text a run shows the model (about 6k tokens). A window of long messages
+# would otherwise outgrow a small model's context on every retry and stall that user's memory;
+# past this budget each message is shown by its head and tail, at least MESSAGE_FLOOR characters.
+MESSAGES_CHARS = 24_000
+MESSAGE_FLOOR = 400
 
 SYSTEM_PROMPT = """\
 You are the long-term memory agent of ONE user. You read the user's new messages and decide, \
@@ -84,18 +89,30 @@ def render_context(tools: MemoryTools, new_messages: list[Message]) -> str:
         lines.append("- " + _one_line(h.describe()))
     new_ids = {m.message_id for m in new_messages}
     held = [m for mid, m in tools.shown.items() if mid not in new_ids]
+    shown = [*held, *new_messages]
+    total = sum(len(m.text) for m in shown)
+    limit = max(MESSAGE_FLOOR, MESSAGES_CHARS // max(1, len(shown))) if total > MESSAGES_CHARS else None
     if held:
         lines += ["", "## Earlier messages behind your hypotheses (citable)"]
-        lines += [_line(m) for m in sorted(held, key=lambda m: m.seq)]
+        lines += [_line(m, limit) for m in sorted(held, key=lambda m: m.seq)]
     lines += ["", "## New messages (cite their ids as evidence)"]
-    lines += [_line(m) for m in new_messages] or ["(none)"]
+    lines += [_line(m, limit) for m in new_messages] or ["(none)"]
     return "\n".join(lines)
 
 
-def _line(m: Message) -> str:
+def _line(m: Message, limit: int | None = None) -> str:
     role = "user" if m.role == "user" else f"{m.role} (not citable)"
     when = m.accepted_at.isoformat()
-    return f"- [{m.message_id}] conversation {m.conversation_id}, {when}, {role}: {_one_line(m.text)}"
+    return f"- [{m.message_id}] conversation {m.conversation_id}, {when}, {role}: {_one_line(_cut(m.text, limit))}"
+
+
+def _cut(text: str, limit: int | None) -> str:
+    """The text, or its head and tail within `limit` characters when it is longer."""
+    if limit is None or len(text) <= limit:
+        return text
+    head = limit * 3 // 4
+    tail = limit - head
+    return f"{text[:head]} [… {len(text) - limit:,} characters not shown …] {text[-tail:]}"
 
 
 def _one_line(text: str) -> str:
