@@ -83,3 +83,19 @@ async def test_the_users_own_preference_beside_material_is_remembered() -> None:
         ["I never want exclamation marks in anything you write for me. Proofread this: I am thrilled to apply!"]
     )
     assert len(memories) == 1 and "exclamation" in memories[0].text and "thrilled" not in memories[0].text
+
+
+async def test_a_role_play_goes_on_in_the_next_window_of_its_conversation() -> None:
+    from memwright.agent.rules import RulesPolicy
+
+    from tests.fakes.agent import conversation, make_tools
+
+    policy = RulesPolicy()
+    first = conversation("c1", "Let's play a game. You are a detective and I am a suspect.")
+    tools = make_tools(first)
+    await policy.run(tools, first)
+    later = conversation("c1", "I never leave my house on Sundays.", start=2)
+    other = conversation("c2", "I never eat pork.", start=3)
+    tools = make_tools(later + other, working=tools.working)
+    await policy.run(tools, later + other)
+    assert [m.text for m in tools.memories.values()] == ["User never eats pork."]

@@ -71,6 +71,7 @@ REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the ll
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.28  # ... when the sentence says something changed (data/words.toml `change`)
+ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
 # ---- words -------------------------------------------------------------------------------
 
@@ -715,12 +716,17 @@ class RulesPolicy:
         # one batch per run, off the event loop: the model is CPU-bound
         types = iter(await asyncio.to_thread(self.detector.classify, flat) if flat else [])
         tools.embedder = self._embedder()
-        roleplay: dict[str, str] = {}  # conversation -> the role-play it set up in this window
+        # conversation -> the role-play it set up, in this window or an earlier one (working memory's
+        # transcript keeps them: a role-play goes on over many sweeps)
+        roleplay: dict[str, str] = {}
+        for entry in tools.working.transcript:
+            roleplay.update(entry.get(ROLEPLAY_KEY, {}))
+        opened_here: dict[str, str] = {}
         for msg, said in zip(user, split, strict=True):
             kinds = [next(types) for _ in said]
             opened = material.frame(msg.text)
             if opened is not None and opened[1]:
-                roleplay[msg.conversation_id] = opened[0]
+                roleplay[msg.conversation_id] = opened_here[msg.conversation_id] = opened[0]
             if opened is not None or msg.conversation_id in roleplay:
                 name = opened[0] if opened is not None else roleplay[msg.conversation_id]
                 results.append(f"Nothing remembered from {msg.message_id}: it is inside a '{name}' frame.")
@@ -738,6 +744,8 @@ class RulesPolicy:
                 done, pending = self._sentence(tools, msg, sentence, last, pending, kinds[i], roles[i], context)
                 results += done
         results += self._promote(tools)
+        if opened_here:
+            tools.working.record({ROLEPLAY_KEY: opened_here})
         tools.working.summary = (tools.working.summary + "\n" + self._summary_line(new_messages, tools)).strip()
         return results
 
