@@ -480,3 +480,12 @@ async def test_a_weak_change_supersedes_the_held_hypothesis_it_changes() -> None
     assert any("Pixel" in m.text for m in memories)
     assert not any("iPhone" in m.text for m in memories)
     assert not any("iPhone" in h.statement for h in working.hypotheses)
+
+
+async def test_a_short_weak_sentence_still_takes_part_in_the_match_by_meaning() -> None:
+    memories, _ = await remember(
+        ["How do I get a coffee stain out of a rug?", "it's a rental so I can't use anything harsh"],
+        ["can I put shelves up in my bedroom", "I rent, so I'd need something I can undo easily"],
+    )
+    [m] = memories
+    assert "rent" in m.text.lower() and set(m.evidence) == {"m2", "m4"}

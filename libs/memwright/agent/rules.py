@@ -66,6 +66,7 @@ WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothes
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.6  # ... when the new message is not in English (close by accident more often)
 SHARED_WORD_BONUS = 0.1  # added to that cosine when the two share a word root ("rental" ... "I rent")
+SAYS_SOMETHING = 2  # content words a sentence needs to take part in a match by meaning ("ok thanks" has none)
 SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a repeated request)
 REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the llm policy then calls its model)
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
@@ -831,6 +832,13 @@ class RulesPolicy:
             if self._duplicate(tools, statement) is not None:  # said again: its receipt is added
                 results.append(self._remember(tools, statement + ".", evidence).result)
                 continue
+            if kind is not None and kind.vector is not None and tools.working.find(hypothesis_id(statement)) is None:
+                # not held in these words, but it may say a hypothesis again in other words ("it's a
+                # rental" ... "I rent, so"): only the meaning match finds that
+                again = self._repeats(tools, msg, statement)
+                if isinstance(again, tuple):
+                    results += self._graduate(tools, msg, body, statement + ".", again, last)
+                    continue
             results.append(_note(tools, statement, evidence))
             last[conversation] = ("hypothesis", hypothesis_id(statement))
         if not results and kind is not None and kind.vector is not None and role == "weak":
@@ -888,8 +896,8 @@ class RulesPolicy:
         return v
 
     def _sentence_vectors(self, texts: list[str]) -> np.ndarray:
-        """The vectors of the sentences of `texts` that say something (three content words or more)."""
-        said = [s for t in texts for s in sentences(t) if len(content_words(s)) >= 3]
+        """The vectors of the sentences of `texts` that say something (SAYS_SOMETHING content words or more)."""
+        said = [s for t in texts for s in sentences(t) if len(content_words(s)) >= SAYS_SOMETHING]
         if not said:
             return np.zeros((0, 1))
         return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
@@ -967,6 +975,20 @@ class RulesPolicy:
         if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
             return self._standing(tools, msg, body, kind, last, CHANGED)
         text = phrasing.memory_text(body, self._clause_score)
+        best = self._repeats(tools, msg, text)
+        if isinstance(best, str):
+            return [best]
+        if best is None:
+            if self._duplicate(tools, text) is not None:
+                return [f"Already remembered: {text}"]
+            last[msg.conversation_id] = ("hypothesis", hypothesis_id(text.rstrip(".")))
+            return [_note(tools, text.rstrip("."), [msg.message_id])]
+        return self._graduate(tools, msg, body, text, best, last)
+
+    def _repeats(self, tools: MemoryTools, msg: Message, text: str) -> tuple[float, Hypothesis] | str | None:
+        """The held hypothesis of another conversation that this message says again by meaning
+        (the best-matching sentence pair, MATCH_AT), with its score; a reason when it says one
+        again word for word (a repeated request, not a disclosure); else None."""
         mine = self._sentence_vectors([msg.text])
         match_at = MATCH_AT if phrasing.is_english(msg.text) else MATCH_AT_OTHER_LANGUAGE
         best: tuple[float, Hypothesis] | None = None
@@ -974,7 +996,7 @@ class RulesPolicy:
             if msg.conversation_id in h.conversations:
                 continue
             if h.id == hypothesis_id(text.rstrip(".")):
-                return [f"The same words again as {h.id}: a repeated request, not a disclosure."]
+                return f"The same words again as {h.id}: a repeated request, not a disclosure."
             # the best-matching sentence pair: this message's sentences against the hypothesis and
             # the sentences of the messages behind it
             behind = [tools.shown[m].text for m in h.message_ids if m in tools.shown]
@@ -986,11 +1008,19 @@ class RulesPolicy:
                 continue  # the same request again word for word is a repeated task, not a disclosure
             if score >= match_at and (best is None or score > best[0]):
                 best = (score, h)
-        if best is None:
-            if self._duplicate(tools, text) is not None:
-                return [f"Already remembered: {text}"]
-            last[msg.conversation_id] = ("hypothesis", hypothesis_id(text.rstrip(".")))
-            return [_note(tools, text.rstrip("."), [msg.message_id])]
+        return best
+
+    def _graduate(
+        self,
+        tools: MemoryTools,
+        msg: Message,
+        body: str,
+        text: str,
+        best: tuple[float, Hypothesis],
+        last: dict[str, Ref],
+    ) -> list[str]:
+        """Remember what a hypothesis and the message that says it again have in common, citing
+        both; the new value alone when the message says it changed."""
         h = best[1]
         evidence = [m for m in h.message_ids if m in tools.shown] + [msg.message_id]
         merged = _join(h.statement, text)
