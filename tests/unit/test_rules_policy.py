@@ -489,3 +489,23 @@ async def test_a_short_weak_sentence_still_takes_part_in_the_match_by_meaning() 
     )
     [m] = memories
     assert "rent" in m.text.lower() and set(m.evidence) == {"m2", "m4"}
+
+
+def test_a_title_does_not_end_a_sentence() -> None:
+    from memwright.agent.rules import sentences
+
+    assert sentences("Call me Dr. Okafor in anything formal. Thanks!") == [
+        "Call me Dr. Okafor in anything formal.",
+        "Thanks!",
+    ]
+
+
+def test_a_short_sentence_that_points_back_keeps_the_one_before() -> None:
+    from memwright.agent.rules import _with_context
+
+    assert _with_context("Never again with that brand.", "Skip the Beko, two of theirs broke.") == (
+        "Skip the Beko, two of theirs broke. Never again with that brand."
+    )
+    assert _with_context("I'm not running a restaurant today or any other day.", "Keep it short.") == (
+        "I'm not running a restaurant today or any other day."
+    )

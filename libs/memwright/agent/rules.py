@@ -86,7 +86,11 @@ _LEAD_IN = re.compile(
     r"(?:(?:no|nope)\b\s*[:,!.-][\s:,!.-]*))+",
     re.IGNORECASE,
 )
-_SPLIT = re.compile(r"(?<=[.!?;])\s+|\n+")
+# sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python")
+_SPLIT = re.compile(
+    r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)(?<!\bvs\.)"
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|\n+"
+)
 # Clauses, for weak signals: a statement and a question in one sentence are two clauses.
 _CLAUSE = re.compile(
     r"\s*[\u2014\u2013]\s*|\s+-{1,2}\s+|,\s+(?:so|and|but)\s+|,\s+(?=(?:can|could|would|will|do|does|did|is|are|"
@@ -1442,9 +1446,14 @@ _PERSON = re.compile(r"\b(?:him|her|he|she|his)\b", re.I)
 _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
 
 
+_POINTS_BACK = re.compile(r"\b(?:them|it|that|those|these|theirs)\b", re.I)
+
+
 def _with_context(body: str, previous: str | None) -> str:
-    """A sentence that leans on the one before ("That's what I care about in any summary.") with it."""
-    if previous and (_LEANS_BACK.match(body) or len(words(body)) < 4):
+    """A sentence that leans on the one before ("That's what I care about in any summary.", a short
+    one that points back: "Never again with that brand.") with it."""
+    short = len(words(body)) <= 8
+    if previous and (_LEANS_BACK.match(body) or len(words(body)) < 4 or (short and _POINTS_BACK.search(body))):
         return strip_lead_in(previous).rstrip() + " " + body
     return body
 
