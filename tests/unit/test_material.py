@@ -16,7 +16,11 @@ from tests.unit.test_rules_policy import remember
         ("Translate into French: I don't eat pork, I prefer chicken.", "Translate into French:"),
         ('Fix the grammar in "me and him always goes to the gym on mondays"', "Fix the grammar in …"),
         ("Why does this fail?\n```python\n# always use tabs\nx = 1\n```", "Why does this fail?"),
-        ("Summarize this\nI think the budget is too small and I never agreed to the freeze.", "Summarize this"),
+        (
+            "Summarize this\nThe committee met on Tuesday. I think the budget is too small and I never agreed to "
+            "the hiring freeze. We will meet again in May to review the numbers and decide on the plan.",
+            "Summarize this",
+        ),
         # the user's own words stay: a short quotation, a colon that introduces no material
         ('also don\'t start with "Great question"', 'also don\'t start with "Great question"'),
         ("One more thing: always use metric units.", "One more thing: always use metric units."),
@@ -25,10 +29,10 @@ from tests.unit.test_rules_policy import remember
             "Quick question: I'm vegetarian, what protein is good?",
         ),
         ("We meet at 10:30, I hate mornings.", "We meet at 10:30, I hate mornings."),
-        # quotations pair left to right: a short one does not open a long one
+        # a quotation outside a request is the user's own complaint, kept whole
         (
             'It\'s "realistic" they say. And no "have you considered your options" talk.',
-            'It\'s "realistic" they say. And no … talk.',
+            'It\'s "realistic" they say. And no "have you considered your options" talk.',
         ),
     ],
 )
@@ -38,12 +42,14 @@ def test_own_words_leave_out_what_the_user_hands_over(text: str, own: str) -> No
 
 def test_frames_and_requests() -> None:
     assert frame("I want you to act as a Linux terminal. I will type commands.") == ("act as", True)
-    assert frame("Let's play a game. You are a detective.") == ("let's play", True)
+    assert frame("Let's play a game. You are a detective.") == ("let's play a", True)
     assert frame("Write a short story about a girl who hates rain.") == ("write a short story", False)
     assert frame("You keep adding disclaimers. Cut it out.") is None
     assert frame("You are a support agent for a bank. Always answer politely.") == ("you are a support agent", False)
     assert frame("You are a lifesaver! I'm vegan, by the way.") is None
     assert frame("I act as treasurer for my club.") is None
+    for ordinary in ("Roleplay is not my thing.", "Let's play it safe today.", "Pretend I didn't ask that."):
+        assert frame(ordinary) is None, ordinary
     assert is_request("List five pros and cons of electric cars.")
     assert is_request("Can you give me the Go version?")
     assert not is_request("Tables, not prose, for comparisons.")
@@ -99,3 +105,34 @@ async def test_a_role_play_goes_on_in_the_next_window_of_its_conversation() -> N
     tools = make_tools(later + other, working=tools.working)
     await policy.run(tools, later + other)
     assert [m.text for m in tools.memories.values()] == ["User never eats pork."]
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        # a colon or a line break in the user's own words introduces no material
+        ("I prefer this format: bullet points, no headings.", "bullet points"),
+        ("Remember this: I'm allergic to shellfish.", "shellfish"),
+        ("Check my spelling always\nI'm dyslexic so please be patient with typos.", "dyslexic"),
+        # a quotation the user complains about stays in the memory
+        ('Please stop saying "as an AI language model I cannot", it annoys me.', "language model"),
+        # an aside beside a request for a piece of writing is the user's own
+        ("Write a poem about spring. Also, for the record, my pronouns are they/them.", "they/them"),
+    ],
+)
+async def test_the_users_own_words_around_colons_quotes_and_frames_are_kept(said: str, kept: str) -> None:
+    memories, _ = await remember([said])
+    assert any(kept in m.text for m in memories), [m.text for m in memories]
+
+
+async def test_an_ordinary_message_that_mentions_role_play_silences_nothing() -> None:
+    memories, _ = await remember(["Roleplay is not my thing, I prefer straight answers.", "I'm allergic to peanuts."])
+    assert any("peanut" in m.text for m in memories)
+
+
+async def test_a_request_to_forget_is_heard_inside_a_role_play() -> None:
+    memories, _ = await remember(
+        ["Always answer in metric units."],
+        ["Act as a pirate for fun.", "Ok stop the game. Please forget that I want metric units."],
+    )
+    assert memories == []

@@ -45,23 +45,29 @@ def frame(text: str) -> tuple[str, bool] | None:
     return (role.group(0).lower(), False) if role else None
 
 
+PASTED_WORDS = 25  # after a request's first line, this much text is pasted material, not a remark
+
+
 def _introduces_material(request: str) -> bool:
-    """Whether the words before a colon (or a line break) ask for work on a text."""
+    """Whether the words before a colon (or a line break) ask for work on a text: a request
+    ("Proofread this", "Summarize the following ...") that names one; not "I prefer this format"."""
     last = _SENTENCE_END.split(request)[-1]  # only the sentence the colon ends
-    return bool(_CUE.search(last)) and len(last.split()) <= 25
+    return is_request(last) and bool(_CUE.search(last)) and len(last.split()) <= 25
 
 
 def own_words(text: str) -> str:
-    """The message without code, long quotations and the material a request introduces."""
+    """The message without code, the material a request introduces, and, in a request, long
+    quotations (a quotation the user complains about stays: 'stop saying "as an AI model I ..."')."""
     s = _FENCE.sub(" ", text)
     if "\n" in s:
         s = _INDENTED.sub(" ", s)
-    s = _QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
+    if is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]):
+        s = _QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
     for match in re.finditer(r":(?!\d|//)", s):
         if _introduces_material(s[: match.start()]):
             return s[: match.start() + 1].strip()
     first, newline, rest = s.partition("\n")
-    if newline and rest.strip() and _introduces_material(first) and not first.rstrip().endswith((".", "!")):
+    if newline and len(rest.split()) >= PASTED_WORDS and _introduces_material(first):
         return first.strip()
     return s.strip()
 

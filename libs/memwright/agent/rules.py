@@ -83,12 +83,12 @@ _LEAD_IN = re.compile(
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)|"
-    r"(?:(?:no|nope)\b\s*[:,!.-][\s:,!.-]*))+",
+    r"(?:(?:no|nope)\b\s*[:,!.][\s:,!.-]*))+",
     re.IGNORECASE,
 )
 # sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python")
 _SPLIT = re.compile(
-    r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bSt\.)(?<!\bProf\.)(?<!\bvs\.)"
+    r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|\n+"
 )
 # Clauses, for weak signals: a statement and a question in one sentence are two clauses.
@@ -189,7 +189,7 @@ def third_person(verb: str) -> str:
 
 _REQUEST_PREFIX = re.compile(
     r"^(?:please\s+)?(?:(?:remember|keep in mind|note|don't forget|do not forget|for the record|"
-    r"just so you know|for future reference|fyi|be aware|know)(?:\s+that)?[\s:,]+)",
+    r"just so you know|for future reference|fyi|be aware|know)(?:\s+(?:that|this|the following))?[\s:,]+)",
     re.IGNORECASE,
 )
 
@@ -732,10 +732,18 @@ class RulesPolicy:
             opened = material.frame(msg.text)
             if opened is not None and opened[1]:
                 roleplay[msg.conversation_id] = opened_here[msg.conversation_id] = opened[0]
-            if opened is not None or msg.conversation_id in roleplay:
+            if (opened is not None or msg.conversation_id in roleplay) and not any(
+                forget_request(s) is not None
+                for s in said  # "stop the game, forget that ..." still counts
+            ):
                 name = opened[0] if opened is not None else roleplay[msg.conversation_id]
-                results.append(f"Nothing remembered from {msg.message_id}: it is inside a '{name}' frame.")
-                continue
+                # beside a request for a piece of writing, only an aside is the user's own ("Write a
+                # poem about spring. Also, for the record, my pronouns are they/them.")
+                aside = [i for i, s in enumerate(said) if opened is not None and not opened[1] and _ASIDE.match(s)]
+                if not aside:
+                    results.append(f"Nothing remembered from {msg.message_id}: it is inside a '{name}' frame.")
+                    continue
+                said, kinds = [said[i] for i in aside], [kinds[i] for i in aside]
             verdict = guard.check(msg.text)
             if verdict is not None and verdict.kind != "secret":
                 # a message that tries to steer the memory or claims authority is no source of
@@ -1366,6 +1374,9 @@ class RulesPolicy:
         return f"{len(new_messages)} message(s) in {', '.join(conversations)}: {done}."
 
 
+_ASIDE = re.compile(
+    r"^(?:also|and also|oh and|by the way|btw|for the record|just so you know|fyi|ps|p\.s\.)\b", re.IGNORECASE
+)
 _HABIT = re.compile(r"\b(?:always|never|every|usually|generally|whenever)\b", re.I)
 
 
