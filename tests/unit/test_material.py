@@ -136,3 +136,13 @@ async def test_a_request_to_forget_is_heard_inside_a_role_play() -> None:
         ["Act as a pirate for fun.", "Ok stop the game. Please forget that I want metric units."],
     )
     assert memories == []
+
+
+async def test_an_aside_after_the_pasted_material_is_the_user_again() -> None:
+    memories, _ = await remember(
+        [
+            "Proofread this: I am a motivated engineer.\n\nI never miss deadlines.\n\n"
+            "Also, always use British spelling for me."
+        ]
+    )
+    assert [m.text for m in memories] == ["Always use British spelling for them."]

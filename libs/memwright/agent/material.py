@@ -31,6 +31,7 @@ _OPENING = re.compile(
     re.I,
 )
 _SENTENCE_END = re.compile(r"[.!?]\s")
+_ASIDE = re.compile(r"^(?:also|and also|oh and|by the way|btw|for the record|ps|p\.s\.)\b", re.I)
 
 
 def frame(text: str) -> tuple[str, bool] | None:
@@ -65,7 +66,10 @@ def own_words(text: str) -> str:
         s = _QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
     for match in re.finditer(r":(?!\d|//)", s):
         if _introduces_material(s[: match.start()]):
-            return s[: match.start() + 1].strip()
+            # a paragraph after the material that opens as an aside is the user again ("...\n\nAlso,
+            # always use British spelling for me.")
+            after = [p.strip() for p in re.split(r"\n\s*\n", s[match.end() :])[1:]]
+            return "\n".join([s[: match.start() + 1].strip(), *(p for p in after if _ASIDE.match(p))])
     first, newline, rest = s.partition("\n")
     if newline and len(rest.split()) >= PASTED_WORDS and _introduces_material(first):
         return first.strip()
