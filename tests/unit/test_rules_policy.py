@@ -126,10 +126,11 @@ async def test_a_weak_signal_graduates_once_seen_in_two_conversations(first: str
 
 
 async def test_a_weak_signal_said_with_the_same_word_root_in_other_words_graduates() -> None:
-    # the two sentences are not close enough in meaning alone (cosine ~0.37); "nights" and
-    # "night shift" share a word root, which tips it
+    # the two sentences are not close enough in meaning alone (cosine ~0.34); "nights" and "night shift" share a
+    # word root, which tips it ("I work nights at the hospital", said outright, is remembered at once)
     memories, working = await remember(
-        ["I work nights at the hospital"], ["coming off a night shift, what's a good breakfast to sleep after?"]
+        ["I've been picking up a lot of nights at the hospital lately"],
+        ["coming off a night shift, what's a good breakfast to sleep after?"],
     )
     [m] = memories
     assert "night" in m.text.lower() and m.evidence == ["m1", "m2"]

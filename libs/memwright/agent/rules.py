@@ -61,7 +61,6 @@ DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
 DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
 STANDING_AT = 0.4  # p(standing) at which a sentence the patterns did not read is remembered at once
-STANDING_AT_OTHER_LANGUAGE = 0.5  # the same for a sentence not in English (the model reads English best)
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.6  # ... when the new message is not in English (close by accident more often)
@@ -716,7 +715,8 @@ class RulesPolicy:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         user = [m for m in new_messages if m.role == "user"]
-        split = [sentences(material.own_words(m.text)) for m in user]  # pasted text is not the user speaking
+        # pasted text is not the user speaking; a short command that points back is read with its sentence
+        split = [_with_short_commands(sentences(material.own_words(m.text))) for m in user]
         flat = [s for ss in split for s in ss]
         # one batch per run, off the event loop: the model is CPU-bound
         types = iter(await asyncio.to_thread(self.detector.classify, flat) if flat else [])
@@ -881,8 +881,7 @@ class RulesPolicy:
         fresh = [i for i in fresh if not _about_the_request(said, i) and not _task_bound(bodies[i])]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
-            at = STANDING_AT if phrasing.is_english(bodies[standing]) else STANDING_AT_OTHER_LANGUAGE
-            if kinds[standing].p("standing") >= at:
+            if kinds[standing].p("standing") >= STANDING_AT:  # any language: the head is trained on several
                 roles[standing] = "standing"
                 return roles
         mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
@@ -948,6 +947,10 @@ class RulesPolicy:
         if superseded is not None:
             body = phrasing.without_old(body, superseded.statement)
         text = phrasing.memory_text(body, self._clause_score)
+        if superseded is None:  # it says a held hypothesis again: remembered with both receipts
+            again = self._repeats(tools, msg, text)
+            if isinstance(again, tuple):
+                return self._graduate(tools, msg, body, text, again, last)
         outcome = self._remember(tools, text, evidence, changing=changing or _is_standing_change(body), said=msg.text)
         if outcome.memory_id:
             last[msg.conversation_id] = ("memory", outcome.memory_id)
@@ -1467,6 +1470,22 @@ def _with_context(body: str, previous: str | None) -> str:
     if previous and (_LEANS_BACK.match(body) or len(words(body)) < 4 or (short and _POINTS_BACK.search(body))):
         return strip_lead_in(previous).rstrip() + " " + body
     return body
+
+
+_SHORT_COMMAND = re.compile(r"^(?!(?:i|i'm|my|we|you|it|that|this|they|those|these|so|and|but)\b)[a-z]", re.I)
+
+
+def _with_short_commands(said: list[str]) -> list[str]:
+    """A short command that points back ("Drop them.", "Cut it out.") joined to the sentence before
+    it, so that the two are read as one ("Again with the caveats. Drop them.")."""
+    out: list[str] = []
+    for s in said:
+        short = len(words(s)) <= 4 and not s.rstrip().endswith("?")
+        if out and short and _SHORT_COMMAND.match(s) and _POINTS_BACK.search(s):
+            out[-1] = out[-1].rstrip() + " " + s
+        else:
+            out.append(s)
+    return out
 
 
 def _join(a: str, b: str) -> str:
