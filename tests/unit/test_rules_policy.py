@@ -9,7 +9,7 @@ from datetime import timedelta
 import pytest
 from memwright.agent import tools as tools_module
 from memwright.agent.classify import PatternDetector
-from memwright.agent.rules import RulesPolicy
+from memwright.agent.rules import RulesPolicy, _with_short_commands
 from memwright.agent.tools import Memory
 from memwright.agent.working import WorkingMemory
 from memwright.eval.dataset import Conversation, EvalMessage, UserCase
@@ -510,3 +510,10 @@ def test_a_short_sentence_that_points_back_keeps_the_one_before() -> None:
     assert _with_context("I'm not running a restaurant today or any other day.", "Keep it short.") == (
         "I'm not running a restaurant today or any other day."
     )
+
+
+def test_a_short_command_that_points_back_is_read_with_the_sentence_before_it() -> None:
+    assert _with_short_commands(["Again with the caveats.", "Drop them."]) == ["Again with the caveats. Drop them."]
+    assert _with_short_commands(["I like tea.", "Thanks."]) == ["I like tea.", "Thanks."]  # points at nothing
+    assert _with_short_commands(["Here is the list.", "Can you sort it?"]) == ["Here is the list.", "Can you sort it?"]
+    assert _with_short_commands(["Drop them."]) == ["Drop them."]  # nothing before it
