@@ -75,6 +75,26 @@ def test_memory_text_keeps_the_users_key_words_in_one_sentence(sentence: str, ke
     assert text.endswith(".") and "\n" not in text and len(text) <= phrasing.MAX_CHARS + 20
 
 
+@pytest.mark.parametrize(
+    ("sentence", "english"),
+    [
+        ("chicken thigh dinner idea", True),  # no function word at all: English
+        ("Explain index funds.", True),
+        ("mostly vegetarian these days, dinner idea?", True),
+        ("I love tapas y vino.", True),
+        ("Y odio el cilantro.", False),
+        ("Moro em Recife.", False),
+        ("Ich wohne in Köln, also bitte Tipps für Köln.", False),
+        ("je suis prof de maths au collège", False),
+    ],
+)
+def test_a_text_is_english_unless_another_language_s_function_words_outnumber_english_ones(
+    sentence: str, english: bool
+) -> None:
+    assert phrasing.is_english(sentence) is english
+    assert phrasing.memory_text(sentence).startswith('User said: "') is not english  # another language is quoted
+
+
 def test_a_long_sentence_is_cut_to_the_clauses_around_the_preference() -> None:
     long = (
         "So we spent the whole weekend at my sister's place, which was lovely but chaotic, the kids ran riot, "

@@ -23,11 +23,18 @@ _CLAUSE_CUT = re.compile(r"(?<=[,;:])\s+|\s+[\u2014\u2013-]{1,2}\s+|\s+\((?=[^)]
 _PAST = lexicon.PAST
 
 
+_ANY_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
+_OTHER_LANGUAGES = frozenset(lexicon.WORDS["other_languages"])
+
+
 def is_english(text: str) -> bool:
-    found = rules.words(text)
-    if not found:
-        return True
-    return sum(1 for w in found if w in rules.STOP) / len(found) >= 0.2
+    """English unless it holds more function words of another language (data/words.toml
+    `other_languages`) than English ones: a short text with neither ("chicken thigh dinner idea")
+    is English."""
+    found = _ANY_WORD.findall(text.lower())
+    english = sum(1 for w in found if w in rules.STOP)
+    other = sum(1 for w in found if w in _OTHER_LANGUAGES) + (1 if re.search(r"[¿¡ñßãõ]", text.lower()) else 0)
+    return other <= english
 
 
 def clause_pieces(sentence: str) -> list[str]:
