@@ -64,6 +64,21 @@ async def test_an_explicit_preference_becomes_a_memory_in_the_same_run(sentence:
     assert [(keyword in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
 
 
+@pytest.mark.parametrize(
+    ("sentence", "keyword"),
+    [
+        ("I live in Lisbon, so Portuguese bureaucracy matters.", "lisbon"),
+        ("I'm a night-shift paramedic.", "paramedic"),
+        ("My kids are 6 and 9.", "kids"),
+        ("Our builds run on GitLab CI.", "gitlab"),
+    ],
+)
+async def test_a_durable_fact_said_plainly_is_remembered_at_once(sentence: str, keyword: str) -> None:
+    # the trained head reads these as standing though the patterns read at most a weak signal
+    memories, _ = await remember([sentence, "What's the weather like in Oslo?"])
+    assert [(keyword in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
+
+
 ONE_OFFS = [
     "I prefer the second option.",
     "For this email, always use a formal tone.",
@@ -103,11 +118,7 @@ async def test_a_one_off_is_forgotten(sentence: str) -> None:
         ("I've been using Neovim for years.", "I use Neovim, so give me Lua config.", "neovim"),
         ("I'm really into bouldering, it's how I unwind.", "I love bouldering even though my arms hurt.", "bouldering"),
         ("We use Postgres at work for everything.", "Our team uses Postgres 16, does it support MERGE?", "postgres"),
-        (
-            "I live in Lisbon, so Portuguese bureaucracy matters.",
-            "I'm based in Lisbon, any coworking spaces?",
-            "lisbon",
-        ),
+        ("Still getting used to Lisbon, honestly.", "I'm based in Lisbon, any coworking spaces?", "lisbon"),
         ("My favourite language is Rust, honestly.", "I love Rust. The compiler is so helpful.", "rust"),
         ("I usually cycle to work.", "Will it rain tomorrow? I usually cycle to work.", "cycle"),
         ("I'm learning to play the cello.", "I'm learning the cello, any beginner pieces?", "cello"),

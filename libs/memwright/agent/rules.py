@@ -60,7 +60,7 @@ PROMOTE_AFTER_CONVERSATIONS = 2
 DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
 DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
-STANDING_AT = 0.4  # p(standing) at which a sentence the patterns did not read is remembered at once
+STANDING_AT = 0.35  # p(standing) at which a sentence the patterns did not read is remembered at once
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.6  # ... when the new message is not in English (close by accident more often)
