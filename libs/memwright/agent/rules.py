@@ -70,7 +70,7 @@ SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a
 REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the llm policy then calls its model)
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
-CHANGE_TOPIC = 0.28  # ... when the sentence says something changed (data/words.toml `change`)
+CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.toml `change`)
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
 # ---- words -------------------------------------------------------------------------------
@@ -295,7 +295,10 @@ _SCOPED = re.compile(
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
     r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
-    r"|\bover the (?:other|first|second)\b",
+    r"|\bover the (?:other|first|second)\b|\brn\b"
+    # the same in the other languages users write in: today, tonight, this time, right now
+    r"|\b(?:hoy|esta noche|esta vez|ahora mismo|aujourd'hui|ce soir|cette fois|heute|heute abend|diesmal|"
+    r"gerade|hoje|hoje à noite|desta vez|agora|oggi|stasera|questa volta|adesso)\b",
     re.IGNORECASE,
 )
 
