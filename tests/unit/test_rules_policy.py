@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from memwright.agent import rules
 from memwright.agent import tools as tools_module
 from memwright.agent.classify import PatternDetector
 from memwright.agent.rules import RulesPolicy, _with_short_commands
@@ -538,3 +539,20 @@ def test_a_short_command_that_points_back_is_read_with_the_sentence_before_it() 
     assert _with_short_commands(["I like tea.", "Thanks."]) == ["I like tea.", "Thanks."]  # points at nothing
     assert _with_short_commands(["Here is the list.", "Can you sort it?"]) == ["Here is the list.", "Can you sort it?"]
     assert _with_short_commands(["Drop them."]) == ["Drop them."]  # nothing before it
+
+
+@pytest.mark.parametrize(
+    ("sentence", "bound"),
+    [
+        ("i kinda hate my haircut rn", True),
+        ("je suis crevé aujourd'hui", True),
+        ("heute lieber keinen Kaffee mehr", True),
+        ("esta vez escríbelo en inglés", True),
+        ("I live in Lisbon", False),
+        ("Ich trinke keinen Kaffee", False),
+    ],
+)
+def test_words_of_today_or_this_time_in_any_of_the_users_languages_tie_a_sentence_to_the_task(
+    sentence: str, bound: bool
+) -> None:
+    assert rules.scoped(sentence) is bound
