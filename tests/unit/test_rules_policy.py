@@ -98,6 +98,12 @@ ONE_OFFS = [
 ]
 
 
+@pytest.mark.parametrize("sentence", ["fine, how do I set up a filter in gmail", "ok how do I reset my router"])
+async def test_a_question_without_its_question_mark_is_not_remembered_at_once(sentence: str) -> None:
+    memories, _ = await remember([sentence, "thanks"])
+    assert memories == []
+
+
 @pytest.mark.parametrize("sentence", ONE_OFFS)
 async def test_a_one_off_is_forgotten(sentence: str) -> None:
     memories, working = await remember([sentence], [sentence.replace("today", "again")])

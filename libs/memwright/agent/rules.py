@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 
 from memwright.agent import guard, material
-from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
+from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, is_question, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
@@ -81,7 +81,7 @@ _LEAD_IN = re.compile(
     r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
-    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)|"
+    r"alright|fine|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)|"
     r"(?:(?:no|nope)\b\s*[:,!.][\s:,!.-]*))+",
     re.IGNORECASE,
 )
@@ -882,6 +882,7 @@ class RulesPolicy:
         # most weak (the same request in another conversation graduates)
         # ... and so is one tied to the task at hand ("for this email", "tonight") unless it says a habit
         fresh = [i for i in fresh if not _about_the_request(said, i) and not _task_bound(bodies[i])]
+        fresh = [i for i in fresh if not is_question(bodies[i])]  # a question asks; what it discloses is weak
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
             if kinds[standing].p("standing") >= STANDING_AT:  # any language: the head is trained on several
