@@ -86,6 +86,9 @@ def test_memory_text_keeps_the_users_key_words_in_one_sentence(sentence: str, ke
         ("Moro em Recife.", False),
         ("Ich wohne in Köln, also bitte Tipps für Köln.", False),
         ("je suis prof de maths au collège", False),
+        ("Me gusta el café solo.", False),  # "me" is a word of both
+        ("J\u2019ai deux enfants.", False),  # a curly apostrophe
+        ("Los Angeles based, Les Paul guitar owner.", True),  # names, not articles
     ],
 )
 def test_a_text_is_english_unless_another_language_s_function_words_outnumber_english_ones(

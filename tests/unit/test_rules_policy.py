@@ -10,7 +10,7 @@ import pytest
 from memwright.agent import rules
 from memwright.agent import tools as tools_module
 from memwright.agent.classify import PatternDetector
-from memwright.agent.rules import RulesPolicy, _with_short_commands
+from memwright.agent.rules import RulesPolicy
 from memwright.agent.tools import Memory
 from memwright.agent.working import WorkingMemory
 from memwright.eval.dataset import Conversation, EvalMessage, UserCase
@@ -98,10 +98,17 @@ ONE_OFFS = [
 ]
 
 
-@pytest.mark.parametrize("sentence", ["fine, how do I set up a filter in gmail", "ok how do I reset my router"])
-async def test_a_question_without_its_question_mark_is_not_remembered_at_once(sentence: str) -> None:
-    memories, _ = await remember([sentence, "thanks"])
-    assert memories == []
+@pytest.mark.parametrize(
+    ("sentence", "body"),
+    [
+        ("fine, how do I export my contacts from this phone", "how do I export my contacts from this phone"),
+        ("Fine. Use metric.", "Use metric."),
+        ("Fine dining is my thing.", "Fine dining is my thing."),  # an adjective, not a lead-in
+        ("No follow-up questions at the end.", "No follow-up questions at the end."),
+    ],
+)
+def test_an_interjection_is_a_lead_in_only_before_punctuation(sentence: str, body: str) -> None:
+    assert rules.strip_lead_in(sentence) == body
 
 
 @pytest.mark.parametrize("sentence", ONE_OFFS)
@@ -540,13 +547,6 @@ def test_a_short_sentence_that_points_back_keeps_the_one_before() -> None:
     )
 
 
-def test_a_short_command_that_points_back_is_read_with_the_sentence_before_it() -> None:
-    assert _with_short_commands(["Again with the caveats.", "Drop them."]) == ["Again with the caveats. Drop them."]
-    assert _with_short_commands(["I like tea.", "Thanks."]) == ["I like tea.", "Thanks."]  # points at nothing
-    assert _with_short_commands(["Here is the list.", "Can you sort it?"]) == ["Here is the list.", "Can you sort it?"]
-    assert _with_short_commands(["Drop them."]) == ["Drop them."]  # nothing before it
-
-
 @pytest.mark.parametrize(
     ("sentence", "bound"),
     [
@@ -556,9 +556,23 @@ def test_a_short_command_that_points_back_is_read_with_the_sentence_before_it() 
         ("esta vez escríbelo en inglés", True),
         ("I live in Lisbon", False),
         ("Ich trinke keinen Kaffee", False),
+        ("I'm an RN on a cardiac ward.", False),  # a registered nurse, not "right now"
+        ("Hoy en día solo como vegano.", False),  # nowadays
+        ("Ich bin bis heute Vegetarier.", False),  # to this day
     ],
 )
 def test_words_of_today_or_this_time_in_any_of_the_users_languages_tie_a_sentence_to_the_task(
     sentence: str, bound: bool
 ) -> None:
     assert rules.scoped(sentence) is bound
+
+
+async def test_a_standing_sentence_graduates_only_the_hypothesis_it_says_again() -> None:
+    # the message's other sentence ("bouldering gyms") matches the held hypothesis; the standing
+    # sentence does not, so the two are not joined into one memory
+    memories, working = await remember(
+        ["I've been getting into bouldering lately, I think."],
+        ["I'm a night-shift paramedic. Any bouldering gyms open late in Leeds?"],
+    )
+    assert [(m.text, m.evidence) for m in memories] == [("User is a night-shift paramedic.", ["m2"])]
+    assert any("bouldering" in h.statement for h in working.hypotheses)

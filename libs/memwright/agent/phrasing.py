@@ -25,15 +25,19 @@ _PAST = lexicon.PAST
 
 _ANY_WORD = re.compile(r"[^\W\d_]+(?:'[^\W\d_]+)?")
 _OTHER_LANGUAGES = frozenset(lexicon.WORDS["other_languages"])
+_ENGLISH = rules.STOP - frozenset(lexicon.WORDS["both_languages"])
 
 
 def is_english(text: str) -> bool:
     """English unless it holds more function words of another language (data/words.toml
     `other_languages`) than English ones: a short text with neither ("chicken thigh dinner idea")
-    is English."""
-    found = _ANY_WORD.findall(text.lower())
-    english = sum(1 for w in found if w in rules.STOP)
-    other = sum(1 for w in found if w in _OTHER_LANGUAGES) + (1 if re.search(r"[¿¡ñßãõ]", text.lower()) else 0)
+    is English. A capitalised word after the first is a name ("Los Angeles based"), not a word of
+    either side, nor is a capitalised first word before another ("Les Paul guitar owner")."""
+    tokens = _ANY_WORD.findall(text.replace("\u2019", "'"))
+    capital = [t[:1].isupper() for t in tokens] + [False]
+    found = [t.lower() for i, t in enumerate(tokens) if not (capital[i] and (i > 0 or capital[i + 1]))]
+    english = sum(1 for w in found if w in _ENGLISH)
+    other = sum(1 for w in found if w in _OTHER_LANGUAGES) + (1 if re.search(r"[¿¡]", text) else 0)
     return other <= english
 
 

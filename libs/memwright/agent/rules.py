@@ -4,9 +4,11 @@ Deterministic. Two readers of every user sentence, the patterns below (high prec
 first) and the trained sentence-type detector of classify.py (the local MiniLM and a head trained on
 labelled data in the repo), which reads what the patterns miss, in any wording:
 
-- a message's likeliest `standing` sentence (p >= STANDING_AT) is remembered at once, in the user's
-  words (phrasing.py); one close in meaning to a memory updates it instead (SAME_TOPIC, or
-  CHANGE_TOPIC when the sentence says something changed: data/words.toml `change`);
+- a message's likeliest `standing` sentence (p >= STANDING_AT; never a bare request or a sentence
+  tied to the task at hand) is remembered at once, in the user's words (phrasing.py); one close in
+  meaning to a memory updates it instead (SAME_TOPIC, or CHANGE_TOPIC when the sentence says
+  something changed: data/words.toml `change`); one that says a hypothesis held from another
+  conversation again graduates it, citing both;
 - else its likeliest weak one is held as a hypothesis, and graduates when a message of another
   conversation matches it by meaning (the best-matching sentence pair, cosine >= MATCH_AT), citing
   both; the same words again are a repeated request, not a disclosure;
@@ -25,7 +27,9 @@ Word lists live in data/words.toml (lexicon.py). Thresholds were chosen on the t
   becomes a memory in the same run, citing the message that said it. A restatement adds its
   evidence to the existing memory instead of adding a second one.
 - A weak signal ("I'm a …", "I mostly use …", "I'm really into …", "my favourite … is …",
-  "I live in …") becomes or strengthens a hypothesis in working memory. It graduates to a memory
+  "I live in …") that the detector does not read as standing (a durable fact said plainly, "I live
+  in Lisbon, so Portuguese bureaucracy matters", is remembered at once) becomes or strengthens a
+  hypothesis in working memory. It graduates to a memory
   only once seen in PROMOTE_AFTER_CONVERSATIONS distinct conversations, citing every observation;
   repetition inside one conversation keeps it a hypothesis. Hypotheses that do not repeat within
   the fade horizon are dropped.
@@ -50,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from memwright.agent import guard, material
-from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, is_question, shared_detector
+from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
@@ -81,8 +85,8 @@ _LEAD_IN = re.compile(
     r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
-    r"alright|fine|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)|"
-    r"(?:(?:no|nope)\b\s*[:,!.][\s:,!.-]*))+",
+    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)|"
+    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*))+",
     re.IGNORECASE,
 )
 # sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python")
@@ -295,10 +299,12 @@ _SCOPED = re.compile(
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
     r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
-    r"|\bover the (?:other|first|second)\b|\brn\b"
-    # the same in the other languages users write in: today, tonight, this time, right now
-    r"|\b(?:hoy|esta noche|esta vez|ahora mismo|aujourd'hui|ce soir|cette fois|heute|heute abend|diesmal|"
-    r"gerade|hoje|hoje à noite|desta vez|agora|oggi|stasera|questa volta|adesso)\b",
+    r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
+    # the same in the other languages users write in: today, tonight, this time, right now (not
+    # "hoy en día", "bis heute": nowadays, to this day)
+    r"|\b(?:hoy(?! en d[ií]a)|esta noche|esta vez|ahora mismo|aujourd'hui|ce soir|cette fois|"
+    r"(?<!bis )heute(?! noch)|diesmal|gerade jetzt|hoje|desta vez|agora mesmo|oggi|stasera|questa volta|"
+    r"in questo momento)\b",
     re.IGNORECASE,
 )
 
@@ -718,8 +724,7 @@ class RulesPolicy:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         user = [m for m in new_messages if m.role == "user"]
-        # pasted text is not the user speaking; a short command that points back is read with its sentence
-        split = [_with_short_commands(sentences(material.own_words(m.text))) for m in user]
+        split = [sentences(material.own_words(m.text)) for m in user]  # pasted text is not the user speaking
         flat = [s for ss in split for s in ss]
         # one batch per run, off the event loop: the model is CPU-bound
         types = iter(await asyncio.to_thread(self.detector.classify, flat) if flat else [])
@@ -882,7 +887,6 @@ class RulesPolicy:
         # most weak (the same request in another conversation graduates)
         # ... and so is one tied to the task at hand ("for this email", "tonight") unless it says a habit
         fresh = [i for i in fresh if not _about_the_request(said, i) and not _task_bound(bodies[i])]
-        fresh = [i for i in fresh if not is_question(bodies[i])]  # a question asks; what it discloses is weak
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
             if kinds[standing].p("standing") >= STANDING_AT:  # any language: the head is trained on several
@@ -931,7 +935,8 @@ class RulesPolicy:
         self, tools: MemoryTools, msg: Message, body: str, kind: SentenceType, last: dict[str, Ref], changing: int
     ) -> list[str]:
         """A standing preference the patterns did not read: remembered at once in the user's words;
-        one that says again or changes what a memory holds (by meaning) updates that memory."""
+        one that says again or changes what a memory holds (by meaning) updates that memory; one
+        that says a held hypothesis of another conversation again graduates it with both receipts."""
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
@@ -952,7 +957,7 @@ class RulesPolicy:
             body = phrasing.without_old(body, superseded.statement)
         text = phrasing.memory_text(body, self._clause_score)
         if superseded is None:  # it says a held hypothesis again: remembered with both receipts
-            again = self._repeats(tools, msg, text)
+            again = self._repeats(tools, msg, text, said=body)
             if isinstance(again, tuple):
                 return self._graduate(tools, msg, body, text, again, last)
         outcome = self._remember(tools, text, evidence, changing=changing or _is_standing_change(body), said=msg.text)
@@ -1004,12 +1009,15 @@ class RulesPolicy:
             return [_note(tools, text.rstrip("."), [msg.message_id])]
         return self._graduate(tools, msg, body, text, best, last)
 
-    def _repeats(self, tools: MemoryTools, msg: Message, text: str) -> tuple[float, Hypothesis] | str | None:
-        """The held hypothesis of another conversation that this message says again by meaning
-        (the best-matching sentence pair, MATCH_AT), with its score; a reason when it says one
-        again word for word (a repeated request, not a disclosure); else None."""
-        mine = self._sentence_vectors([msg.text])
-        match_at = MATCH_AT if phrasing.is_english(msg.text) else MATCH_AT_OTHER_LANGUAGE
+    def _repeats(
+        self, tools: MemoryTools, msg: Message, text: str, said: str | None = None
+    ) -> tuple[float, Hypothesis] | str | None:
+        """The held hypothesis of another conversation that this message (or only `said`, one of its
+        sentences) says again by meaning (the best-matching sentence pair, MATCH_AT), with its score;
+        a reason when it says one again word for word (a repeated request, not a disclosure); else None."""
+        said = said or msg.text
+        mine = self._sentence_vectors([said])
+        match_at = MATCH_AT if phrasing.is_english(said) else MATCH_AT_OTHER_LANGUAGE
         best: tuple[float, Hypothesis] | None = None
         for h in tools.working.hypotheses:
             if msg.conversation_id in h.conversations:
@@ -1474,22 +1482,6 @@ def _with_context(body: str, previous: str | None) -> str:
     if previous and (_LEANS_BACK.match(body) or len(words(body)) < 4 or (short and _POINTS_BACK.search(body))):
         return strip_lead_in(previous).rstrip() + " " + body
     return body
-
-
-_SHORT_COMMAND = re.compile(r"^(?!(?:i|i'm|my|we|you|it|that|this|they|those|these|so|and|but)\b)[a-z]", re.I)
-
-
-def _with_short_commands(said: list[str]) -> list[str]:
-    """A short command that points back ("Drop them.", "Cut it out.") joined to the sentence before
-    it, so that the two are read as one ("Again with the caveats. Drop them.")."""
-    out: list[str] = []
-    for s in said:
-        short = len(words(s)) <= 4 and not s.rstrip().endswith("?")
-        if out and short and _SHORT_COMMAND.match(s) and _POINTS_BACK.search(s):
-            out[-1] = out[-1].rstrip() + " " + s
-        else:
-            out.append(s)
-    return out
 
 
 def _join(a: str, b: str) -> str:
