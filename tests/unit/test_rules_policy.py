@@ -465,25 +465,22 @@ def test_a_leading_no_negates_the_preference_and_is_dropped_only_as_an_interject
     assert as_memory(said) == memory_text
 
 
-async def test_a_held_fact_that_changes_is_remembered_as_the_new_value_alone() -> None:
+@pytest.mark.parametrize(
+    ("first", "evidence"),
+    [
+        ("Still at uni doing law, it's a lot.", ["m3"]),  # held: the new value alone is remembered
+        ("Keep in mind that I'm at uni studying law.", ["m1", "m3"]),  # remembered: updated, receipts kept
+    ],
+)
+async def test_a_fact_that_changes_is_remembered_as_the_new_value_alone(first: str, evidence: list[str]) -> None:
     memories, working = await remember(
-        ["Still at uni doing law, it's a lot.", "how do I cite a case in OSCOLA"],
+        [first, "how do I cite a case in OSCOLA"],
         ["finished my degree, doing the LPC now and starting a training contract in September"],
     )
     [m] = memories
     assert "LPC" in m.text and "uni" not in m.text
-    assert m.evidence == ["m3"]
+    assert m.evidence == evidence
     assert not any("uni" in h.statement for h in working.hypotheses)
-
-
-async def test_a_remembered_fact_that_changes_is_updated_to_the_new_value() -> None:
-    memories, _ = await remember(
-        ["Keep in mind that I'm at uni studying law.", "how do I cite a case in OSCOLA"],
-        ["finished my degree, doing the LPC now and starting a training contract in September"],
-    )
-    [m] = memories
-    assert "LPC" in m.text and "uni" not in m.text
-    assert m.evidence == ["m1", "m3"]  # an update keeps the receipts
 
 
 async def test_a_change_supersedes_the_held_hypothesis_of_the_same_exclusive_topic() -> None:
