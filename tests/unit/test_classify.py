@@ -117,6 +117,35 @@ def test_an_update_leaves_out_the_clause_about_the_old_value() -> None:
     assert "python" not in new.lower() and "c++" in new.lower()
 
 
+@pytest.mark.parametrize(
+    ("said", "old", "new"),
+    [
+        (  # a change of mind names the old value in another form ("one-liners" / "one line")
+            "Honestly I've changed my mind about the one-liners, I'm revising for finals and I need worked examples.",
+            "Keep their answers to one line.",
+            "I'm revising for finals and I need worked examples.",
+        ),
+        (  # "X and Y": the second half keeps the subject of the first
+            "she passed her driving test and bought a little Fiat",
+            "User's daughter is learning to drive, test in March.",
+            "she bought a little Fiat",
+        ),
+        (  # another language
+            "J'ai quitté Renault, je travaille maintenant chez un éditeur à Lyon.",
+            'User said: "Je suis ingénieur chez Renault".',
+            "je travaille maintenant chez un éditeur à Lyon.",
+        ),
+        (  # "from now on" speaks of the new value, not the old
+            "I prefer plain Ana Ruiz without the title from now on, even in formal letters",
+            "Call them Dr. Ruiz in formal letters.",
+            "I prefer plain Ana Ruiz without the title from now on, even in formal letters",
+        ),
+    ],
+)
+def test_an_update_drops_each_piece_that_speaks_of_the_old_value_only(said: str, old: str, new: str) -> None:
+    assert phrasing.without_old(said, old) == new
+
+
 async def _run(*conversations: list[str]) -> tuple[list, object]:
     n = 0
     convs = []

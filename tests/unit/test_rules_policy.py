@@ -9,10 +9,10 @@ from datetime import timedelta
 import pytest
 from memwright.agent import rules
 from memwright.agent import tools as tools_module
-from memwright.agent.classify import PatternDetector
+from memwright.agent.classify import PatternDetector, SentenceType
 from memwright.agent.rules import RulesPolicy
 from memwright.agent.tools import Memory
-from memwright.agent.working import WorkingMemory
+from memwright.agent.working import Hypothesis, WorkingMemory
 from memwright.eval.dataset import Conversation, EvalMessage, UserCase
 from memwright.eval.offline import run_user
 
@@ -573,3 +573,46 @@ async def test_a_standing_sentence_graduates_only_the_hypothesis_it_says_again()
     )
     assert [(m.text, m.evidence) for m in memories] == [("User is a night-shift paramedic.", ["m2"])]
     assert any("bouldering" in h.statement for h in working.hypotheses)
+
+
+async def test_a_new_unit_from_now_on_replaces_the_memory_about_the_old_unit() -> None:
+    memories, _ = await remember(
+        ["give me oven recipes in ounces please, it's what my scales show"],
+        ["my son bought me a new kitchen scale, use grams from now on"],
+    )
+    [m] = memories
+    assert "grams" in m.text and "ounces" not in m.text and m.evidence == ["m1", "m2"]
+
+
+async def test_a_question_with_now_in_it_changes_no_memory() -> None:
+    memories, _ = await remember(
+        ["Remember that I'm on Lisbon time when we plan meetings."],
+        ["book a slot with the Tokyo office at their 9am", "what time is 9am Tokyo for me now"],
+    )
+    assert [(m.text, m.evidence) for m in memories] == [("User is on Lisbon time when we plan meetings.", ["m1"])]
+
+
+async def test_a_topic_asked_about_in_two_conversations_does_not_graduate() -> None:
+    memories, _ = await remember(["summary of the causes of World War One"], ["summary of the causes of World War Two"])
+    assert memories == []
+
+
+@pytest.mark.parametrize(
+    ("body", "held", "discloses"),
+    [
+        ("quick dinner idea, I've gone vegetarian", "Summary of the French Revolution", True),  # this one's clause
+        ("quick dinner idea", "Summary of the French Revolution, they're off meat lately", True),  # the held one's
+        ("quick dinner idea", "Summary of the French Revolution", False),
+    ],
+)
+def test_a_repeat_by_meaning_graduates_only_when_a_clause_of_either_side_discloses(
+    body: str, held: str, discloses: bool
+) -> None:
+    request = SentenceType("task", {"task": 0.9, "standing": 0.05, "weak": 0.05})  # the sentence as a whole
+    hypothesis = Hypothesis("h", held, 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
+    assert RulesPolicy()._discloses(body, request, hypothesis) is discloses
+
+
+async def test_i_have_stopped_after_i_am_off_it_says_it_again_rather_than_contradicting_it() -> None:
+    memories, _ = await remember(["recipe for a quick lunch? I'm off meat these days"], ["I've stopped eating meat"])
+    assert [m.evidence for m in memories] == [["m1", "m2"]] and "meat" in memories[0].text

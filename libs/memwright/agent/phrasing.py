@@ -84,21 +84,42 @@ def memory_text(sentence: str, score: Callable[[list[str]], list[float]] | None 
     return text
 
 
+# an update's pieces: clauses, sentences, and "X and Y" ("he passed the 11+ and started at grammar
+# school"), whose second half takes the first one's subject when the first is left out
+_UPDATE_CUT = re.compile(r"((?<=[,;:.!?])\s+|\s+[\u2014\u2013-]{1,2}\s+|\s+and\s+)", re.IGNORECASE)
+_SUBJECT = re.compile(r"^(?:i|he|she|we|they|(?:my|our) \w+)\b", re.IGNORECASE)
+
+
+def _roots(text: str) -> set[str]:
+    """Content words, cut to four letters ("one-liners" and "one line" share "line")."""
+    return {w[:4] for w in rules.content_words(text)}
+
+
 def without_old(sentence: str, old_text: str) -> str:
-    """The clauses of `sentence` that do not speak of the old value only: a clause naming a word of
-    the old memory that no other clause of the sentence uses, together with a word of the past
-    ("done", "no longer", "used to"), is dropped."""
-    pieces = clause_pieces(sentence)
+    """The pieces of `sentence` that do not speak of the old value only: a piece naming a word of
+    the old memory that no other piece uses, together with a word of the past ("done", "no longer",
+    "changed my mind about", "quitté"), is dropped."""
+    parts = _UPDATE_CUT.split(sentence.strip())
+    pieces, cuts = parts[::2], ["", *parts[1::2]]  # cuts[i] comes before pieces[i]
     if len(pieces) < 2:
         return sentence
-    old = rules.content_words(old_text)
-    kept = []
+    old = _roots(old_text)
+    kept: list[str] = []
+    subject = ""  # of a dropped piece, for the next one when it has none ("and started at ...")
     for i, piece in enumerate(pieces):
-        others = set().union(*(rules.content_words(p) for j, p in enumerate(pieces) if j != i))
-        old_only = (rules.content_words(piece) & old) - others
-        if old_only and _PAST.search(piece):
+        others = set().union(*(_roots(p) for j, p in enumerate(pieces) if j != i))
+        old_only = (_roots(piece) & old) - others
+        if old_only and _PAST.search(lexicon.NOT_CHANGE.sub(" ", piece)):
+            found = _SUBJECT.match(piece)
+            subject = found.group(0) + " " if found else ""
+            kept.append("")
             continue
-        kept.append(piece)
-    result = " ".join(kept)
-    new_words = rules.content_words(result) - old
+        if subject and not _SUBJECT.match(piece):
+            piece = subject + piece
+        subject = ""
+        kept.append((cuts[i] if kept and kept[-1] else " ") + piece)
+    if all(kept):
+        return sentence
+    result = "".join(kept).strip().rstrip(",;:")
+    new_words = rules.content_words(result) - rules.content_words(old_text)
     return result if len(new_words) >= 2 else sentence  # too little left: the user's whole sentence

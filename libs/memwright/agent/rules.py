@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 
 from memwright.agent import guard, material
-from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
+from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, is_question, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
@@ -66,6 +66,7 @@ DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
 STANDING_AT = 0.35  # p(standing) at which a sentence the patterns did not read is remembered at once
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
+GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning to graduate
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.6  # ... when the new message is not in English (close by accident more often)
 SHARED_WORD_BONUS = 0.1  # added to that cosine when the two share a word root ("rental" ... "I rent")
@@ -678,7 +679,7 @@ def forget_request(sentence: str) -> str | None:
 # ---- the policy --------------------------------------------------------------------------
 
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
-from memwright.agent.lexicon import OUTSIDERS, RESTATED, UNSURE, says_changed  # noqa: E402
+from memwright.agent.lexicon import NOT_CHANGE, OUTSIDERS, PAST, RESTATED, UNSURE, says_changed  # noqa: E402
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
@@ -940,8 +941,7 @@ class RulesPolicy:
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
-        threshold = CHANGE_TOPIC if changing or says_changed(msg.text) else SAME_TOPIC
-        if closest is not None and closest[1] >= threshold:
+        if closest is not None and closest[1] >= _update_threshold(changing, msg.text, body):
             memory = closest[0]
             if set(evidence) <= set(memory.evidence):
                 return [f"Already remembered as {memory.memory_id}."]
@@ -993,21 +993,32 @@ class RulesPolicy:
         means the same (best-matching sentence pair), citing both; else it is held."""
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
-        if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
-            return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
-        # "I'm on iPhone" held, then "switched to a Pixel, Android now"
-        if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
-            return self._standing(tools, msg, body, kind, last, CHANGED)
+        if not is_question(body):  # "when is 10am New York for me now" changes nothing
+            if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
+                return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
+            # "I'm on iPhone" held, then "switched to a Pixel, Android now"
+            if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
+                return self._standing(tools, msg, body, kind, last, CHANGED)
         text = phrasing.memory_text(body, self._clause_score)
         best = self._repeats(tools, msg, text)
         if isinstance(best, str):
             return [best]
+        if best is not None and not self._discloses(body, kind, best[1]):
+            best = None  # "best app for budgeting" ... "best app for note taking": a topic asked about twice
         if best is None:
             if self._duplicate(tools, text) is not None:
                 return [f"Already remembered: {text}"]
             last[msg.conversation_id] = ("hypothesis", hypothesis_id(text.rstrip(".")))
             return [_note(tools, text.rstrip("."), [msg.message_id])]
         return self._graduate(tools, msg, body, text, best, last)
+
+    def _discloses(self, body: str, kind: SentenceType, held: Hypothesis) -> bool:
+        """Whether this sentence or the held one, or a clause of either, reads as more than a
+        request (GRADUATE_AT): "mostly vegetarian these days, dinner idea?" does."""
+        if kind.p("standing") + kind.p("weak") >= GRADUATE_AT:
+            return True
+        texts = [held.statement, *phrasing.clause_pieces(held.statement), *phrasing.clause_pieces(body)]
+        return any(k.p("standing") + k.p("weak") >= GRADUATE_AT for k in self.detector.classify(texts))
 
     def _repeats(
         self, tools: MemoryTools, msg: Message, text: str, said: str | None = None
@@ -1052,7 +1063,8 @@ class RulesPolicy:
         evidence = [m for m in h.message_ids if m in tools.shown] + [msg.message_id]
         merged = _join(h.statement, text)
         why = f"said again by meaning in {msg.conversation_id}"
-        if _is_standing_change(body):  # "at uni studying law" held, then "finished my degree, doing the LPC now"
+        # "at uni studying law" held, then "finished my degree, doing the LPC now"
+        if _is_standing_change(body) and not is_question(body):
             merged, evidence = phrasing.without_old(text, h.statement), [msg.message_id]
             why = f"superseded by what the user said in {msg.message_id}"
         elif best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2:
@@ -1118,6 +1130,8 @@ class RulesPolicy:
                 target = None
         if target is None:
             return []
+        if change.new is None and _says_stopped(self._target_text(tools, target)):
+            return []  # "I've stopped eating meat" after "I'm off meat": said again, not a change
         kind, tid = target
         if kind == "memory":
             memory = tools.memories[tid]
@@ -1249,6 +1263,7 @@ class RulesPolicy:
         single = self._single_valued_conflict(tools, text)
         if single is not None:
             return single
+        new_rule = NOT_CHANGE.search(text) is not None  # "use grams from now on" after "use pounds"
         want = content_words(text)
         cats = categories(text)
         for m in tools.memories.values():
@@ -1258,12 +1273,14 @@ class RulesPolicy:
             flipped = polarity(m.text) != polarity(text)
             if want and want == have and flipped:
                 return m  # "always use tabs" after "never use tabs"
-            if not changing:
+            if not (changing or new_rule):
                 continue
             shared = cats & categories(m.text)
             exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
             if exclusive and _alternatives(m.text, text, exclusive):
                 return m  # "switch to metric from now on" after "please use imperial units"
+            if not changing:
+                continue
             rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
             if shared and rest and _alternatives(m.text, text, shared):
                 return m  # "from now on answer in Spanish" after "always answer in French"
@@ -1278,8 +1295,7 @@ class RulesPolicy:
         closest = self._closest_memory(tools, self._vector(text))
         if closest is None:
             return None
-        threshold = CHANGE_TOPIC if changing or says_changed(said or text) else SAME_TOPIC
-        return closest[0] if closest[1] >= threshold else None
+        return closest[0] if closest[1] >= _update_threshold(changing, said or text, text) else None
 
     def _remember(
         self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0, said: str = ""
@@ -1452,6 +1468,19 @@ def _alternatives(old: str, new: str, shared: set[str]) -> bool:
 def _created_id(result: str) -> str | None:
     m = re.search(r"memory ([0-9a-f-]{36})", result)
     return m.group(1) if m else None
+
+
+def _says_stopped(text: str) -> bool:
+    """Whether `text` already says the user does not, or no longer does, something."""
+    return not polarity(text) or PAST.search(text) is not None
+
+
+def _update_threshold(changing: int, said: str, sentence: str) -> float:
+    """The cosine at which `sentence` (of the message `said`) updates the closest memory instead of
+    adding one. A question changes nothing ("when is 10am New York for me now")."""
+    if changing or (says_changed(said) and not is_question(sentence)):
+        return CHANGE_TOPIC
+    return SAME_TOPIC
 
 
 def _is_standing_change(text: str) -> int:
