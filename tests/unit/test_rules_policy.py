@@ -551,6 +551,9 @@ def test_a_short_sentence_that_points_back_keeps_the_one_before() -> None:
         ("je suis crevé aujourd'hui", True),
         ("heute lieber keinen Kaffee mehr", True),
         ("esta vez escríbelo en inglés", True),
+        ("I have a chemistry exam tmrw, quiz me on moles", True),
+        ("we're hosting six people this weekend", True),
+        ("j'ai un entretien demain", True),
         ("I live in Lisbon", False),
         ("Ich trinke keinen Kaffee", False),
         ("I'm an RN on a cardiac ward.", False),  # a registered nurse, not "right now"

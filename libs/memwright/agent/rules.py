@@ -298,14 +298,15 @@ _SCOPED = re.compile(
     r"function|answer|reply|response|question|list|script|post|essay|letter|paragraph|section|query|"
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
+    r"|\btomorrow\b|\btmrw?\b|\bthis (?:week|weekend)\b|\bnext week\b"
     r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
-    # the same in the other languages users write in: today, tonight, this time, right now (not
+    # the same in the other languages users write in: today, tonight, this time, right now, tomorrow (not
     # "hoy en día", "bis heute": nowadays, to this day)
     r"|\b(?:hoy(?! en d[ií]a)|esta noche|esta vez|ahora mismo|aujourd'hui|ce soir|cette fois|"
     r"(?<!bis )heute(?! noch)|diesmal|gerade jetzt|hoje|desta vez|agora mesmo|oggi|stasera|questa volta|"
-    r"in questo momento)\b",
+    r"in questo momento|demain|amanhã|domani)\b",
     re.IGNORECASE,
 )
 
