@@ -619,3 +619,17 @@ def test_a_repeat_by_meaning_graduates_only_when_a_clause_of_either_side_disclos
 async def test_i_have_stopped_after_i_am_off_it_says_it_again_rather_than_contradicting_it() -> None:
     memories, _ = await remember(["recipe for a quick lunch? I'm off meat these days"], ["I've stopped eating meat"])
     assert [m.evidence for m in memories] == [["m1", "m2"]] and "meat" in memories[0].text
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    [
+        "Hi, I would like to know how I can make my cover letters sound less stiff.",
+        "Ayúdame a escribir una carta de renuncia para mi jefa.",
+        "Hilf mir, eine kurze Rede für die Hochzeit meiner Schwester zu schreiben.",
+        "I was wondering how I can get my toddler to sleep past 5am.",
+    ],
+)
+async def test_a_request_in_the_first_person_is_not_remembered_at_once(sentence: str) -> None:
+    memories, _ = await remember([sentence])
+    assert memories == []

@@ -24,6 +24,7 @@ NOT_CHANGE = word_pattern("not_change")  # "from now on": a new standing rule, n
 PAST = word_pattern("past")  # a clause of an update that speaks of the old value
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household
+REQUEST_FRAME = word_pattern("request_frames", anchored=True)  # "I would like to know ...": a request
 RESTATED = word_pattern("restated")  # said before: held like a weak signal, not remembered at once
 
 

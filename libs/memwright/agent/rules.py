@@ -680,7 +680,15 @@ def forget_request(sentence: str) -> str | None:
 # ---- the policy --------------------------------------------------------------------------
 
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
-from memwright.agent.lexicon import NOT_CHANGE, OUTSIDERS, PAST, RESTATED, UNSURE, says_changed  # noqa: E402
+from memwright.agent.lexicon import (  # noqa: E402
+    NOT_CHANGE,
+    OUTSIDERS,
+    PAST,
+    REQUEST_FRAME,
+    RESTATED,
+    UNSURE,
+    says_changed,
+)
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
@@ -888,7 +896,12 @@ class RulesPolicy:
         # a bare request, or an instruction after one in the same message, is about that request: at
         # most weak (the same request in another conversation graduates)
         # ... and so is one tied to the task at hand ("for this email", "tonight") unless it says a habit
-        fresh = [i for i in fresh if not _about_the_request(said, i) and not _task_bound(bodies[i])]
+        # ... and so is one that opens as a request in the first person ("I would like to know how ...")
+        fresh = [
+            i
+            for i in fresh
+            if not _about_the_request(said, i) and not _task_bound(bodies[i]) and not REQUEST_FRAME.match(bodies[i])
+        ]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
             if kinds[standing].p("standing") >= STANDING_AT:  # any language: the head is trained on several
