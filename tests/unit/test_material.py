@@ -146,3 +146,24 @@ async def test_an_aside_after_the_pasted_material_is_the_user_again() -> None:
         ]
     )
     assert [m.text for m in memories] == ["Always use British spelling for them."]
+
+
+@pytest.mark.parametrize(
+    ("sentence", "asks"),
+    [
+        ("cheapest flights to Porto in May", True),
+        ("ideas for a rainy Sunday with toddlers", True),
+        ("upper body dumbbell routine", True),
+        ("short wedding speech", True),
+        ("Oxford comma, no exceptions.", False),
+        ("Metric, not imperial.", False),
+        ("Best to keep it short with me, I skim everything on my phone while commuting.", False),  # too long
+    ],
+)
+def test_a_few_words_typed_like_a_search_are_a_request(sentence: str, asks: bool) -> None:
+    assert is_request(sentence) is asks
+
+
+async def test_a_search_typed_request_is_not_remembered() -> None:
+    memories, _ = await remember(["upper body dumbbell routine"])
+    assert memories == []

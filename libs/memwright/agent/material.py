@@ -20,6 +20,9 @@ _CUE = word_pattern("material_cues")
 _ROLEPLAY = word_pattern("roleplay_frames")
 _WRITING = word_pattern("writing_frames")
 _REQUEST = word_pattern("request_verbs", anchored=True)
+_SEARCH_OPENER = word_pattern("search_openers", anchored=True)
+_DELIVERABLE = re.compile(word_pattern("deliverables").pattern + r"\W*$", re.I)
+SEARCH_WORDS = 8  # a sentence typed like a search is this short
 _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("assistant_roles").pattern, re.I)
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
@@ -84,12 +87,20 @@ _MANNER = re.compile(
 )
 
 
+def _typed_like_a_search(sentence: str) -> bool:
+    """A few words as one would type them into a search box: "best app for budgeting", "full body
+    routine" (data/words.toml `search_openers`, `deliverables`)."""
+    return len(sentence.split()) <= SEARCH_WORDS and bool(
+        _SEARCH_OPENER.match(sentence) or _DELIVERABLE.search(sentence)
+    )
+
+
 def is_request(sentence: str) -> bool:
-    """Whether a sentence asks the assistant for something: a question, or an opening verb of
-    request ("List five pros and cons ...", "Can you give me ..."), not a manner of writing
-    ("Write in UK English.")."""
+    """Whether a sentence asks the assistant for something: a question, an opening verb of request
+    ("List five pros and cons ...", "Can you give me ..."), not a manner of writing ("Write in UK
+    English."), or a few words typed like a search ("tips for sleeping during the day")."""
     s = sentence.strip()
-    if s.endswith("?"):
+    if s.endswith("?") or _typed_like_a_search(s):
         return True
     head = _OPENING.sub("", s, count=1)
     verb = _REQUEST.match(head)
