@@ -633,3 +633,19 @@ async def test_i_have_stopped_after_i_am_off_it_says_it_again_rather_than_contra
 async def test_a_request_in_the_first_person_is_not_remembered_at_once(sentence: str) -> None:
     memories, _ = await remember([sentence])
     assert memories == []
+
+
+@pytest.mark.parametrize(
+    ("standing", "task", "role"),
+    [
+        (0.40, 0.50, "standing"),
+        (0.35, 0.58, "weak"),  # the task reading outweighs it by more than TASK_MARGIN: held at most
+        (0.30, 0.20, "weak"),  # under STANDING_AT
+    ],
+)
+def test_a_sentence_is_remembered_at_once_only_when_its_task_reading_does_not_outweigh_it(
+    standing: float, task: float, role: str
+) -> None:
+    probs = {"standing": standing, "task": task, "weak": 1 - standing - task}
+    kind = SentenceType(max(probs, key=lambda k: probs[k]), probs, vector=(1.0, 0.0))
+    assert RulesPolicy._roles(["that's a lovely way to put it"], [kind]) == [role]

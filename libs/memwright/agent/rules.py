@@ -4,20 +4,22 @@ Deterministic. Two readers of every user sentence, the patterns below (high prec
 first) and the trained sentence-type detector of classify.py (the local MiniLM and a head trained on
 labelled data in the repo), which reads what the patterns miss, in any wording:
 
-- a message's likeliest `standing` sentence (p >= STANDING_AT; never a bare request or a sentence
-  tied to the task at hand) is remembered at once, in the user's words (phrasing.py); one close in
+- a message's likeliest `standing` sentence (p >= STANDING_AT, and p(task) not higher by more than
+  TASK_MARGIN; never a bare request, a request in the first person or a sentence tied to the task
+  at hand) is remembered at once, in the user's words (phrasing.py); one close in
   meaning to a memory updates it instead (SAME_TOPIC, or CHANGE_TOPIC when the sentence says
   something changed: data/words.toml `change`); one that says a hypothesis held from another
   conversation again graduates it, citing both;
 - else its likeliest weak one is held as a hypothesis, and graduates when a message of another
   conversation matches it by meaning (the best-matching sentence pair, cosine >= MATCH_AT), citing
-  both; the same words again are a repeated request, not a disclosure;
+  both, when a clause of either reads as more than a request (GRADUATE_AT); the same words again
+  are a repeated request, not a disclosure;
 - near-duplicates are found by meaning, and at the budget the two memories closest in meaning are
   consolidated (their words and receipts kept) when nothing overlaps in words.
 
 Only the user's own words are read (material.py): pasted drafts, quotations, code and role-play are
-not the user speaking. A bare request, or an instruction after one in the same message, is held at
-most, never remembered at once.
+not the user speaking. A bare request (a few words typed like a search among them), or an
+instruction after one in the same message, is held at most, never remembered at once.
 
 Word lists live in data/words.toml (lexicon.py). Thresholds were chosen on the train and dev splits
 (docs/quality.md, "The default policy"). The patterns, as before:
@@ -65,6 +67,7 @@ DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
 DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
 STANDING_AT = 0.35  # p(standing) at which a sentence the patterns did not read is remembered at once
+TASK_MARGIN = 0.2  # ... unless p(task) is higher by more than this ("this is really helpful, thank you")
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning to graduate
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
@@ -904,7 +907,8 @@ class RulesPolicy:
         ]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
-            if kinds[standing].p("standing") >= STANDING_AT:  # any language: the head is trained on several
+            k = kinds[standing]
+            if k.p("standing") >= STANDING_AT and k.p("standing") + TASK_MARGIN >= k.p("task"):
                 roles[standing] = "standing"
                 return roles
         mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
