@@ -649,3 +649,21 @@ def test_a_sentence_is_remembered_at_once_only_when_its_task_reading_does_not_ou
     probs = {"standing": standing, "task": task, "weak": 1 - standing - task}
     kind = SentenceType(max(probs, key=lambda k: probs[k]), probs, vector=(1.0, 0.0))
     assert RulesPolicy._roles(["that's a lovely way to put it"], [kind]) == [role]
+
+
+async def test_pls_after_an_aside_opener_still_reads_as_a_standing_request() -> None:
+    memories, _ = await remember(
+        ["haha my cat hates the vet. totally unrelated but pls stop opening with 'Great question'"]
+    )
+    assert len(memories) == 1 and "great question" in memories[0].text.lower()
+
+
+async def test_a_short_preference_that_points_back_keeps_what_it_points_at() -> None:
+    memories, _ = await remember(["Not the Hoover, mine died twice in a year. Never again with that brand."])
+    assert len(memories) == 1 and "hoover" in memories[0].text.lower()
+
+
+def test_the_one_who_is_a_person_not_an_option_of_the_task() -> None:
+    assert not rules.scoped("My brother is the one with the gluten thing, so keep dinners gluten free.")
+    assert rules.scoped("I'll take the one with the blue cover.")
+    assert rules.scoped("That's the one I meant.")

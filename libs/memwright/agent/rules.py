@@ -89,7 +89,8 @@ _LEAD_IN = re.compile(
     r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
-    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again)\b[\s:,!.-]*)|"
+    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated|totally unrelated|"
+    r"on an unrelated note|side note|off topic)\b[\s:,!.-]*)|"
     r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*))+",
     re.IGNORECASE,
 )
@@ -314,9 +315,13 @@ _SCOPED = re.compile(
 )
 
 
+# "she's the one with the peanut allergy": a person, not an option of the task at hand ("that's the one")
+_THE_ONE_WHO = re.compile(r"\b(?!(?:this|that|it|which)\b)\w+(?:'s|'m|'re| is| am| are) the one\b", re.I)
+
+
 def scoped(sentence: str) -> bool:
     """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
-    return bool(_SCOPED.search(sentence)) and not _STANDING.search(sentence)
+    return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not _STANDING.search(sentence)
 
 
 def standing_words(sentence: str) -> bool:
@@ -324,9 +329,12 @@ def standing_words(sentence: str) -> bool:
     return bool(_STANDING.search(sentence))
 
 
+_PLEASE = re.compile(r"\b(?:pls|plz|pleas|pleeease|pleease)\b", re.I)
+
+
 def explicit_preference(sentence: str) -> str | None:
     """The memory text of an explicit, standing preference or fact in `sentence`, else None."""
-    s = strip_lead_in(sentence)
+    s = _PLEASE.sub("please", strip_lead_in(sentence))
     if not s or not any(p.search(s) or p.search(sentence.strip()) for p in _EXPLICIT):
         return None
     if re.search(r"\b(?:not|n't) (?:always|ever)\b", s, re.I):
@@ -337,7 +345,7 @@ def explicit_preference(sentence: str) -> str | None:
         return None  # a question is not a preference
     if re.search(r"\b(?:if|whether|maybe|perhaps|might|wonder)\b.*\b(?:prefer|rather)\b", s, re.I):
         return None  # "I wonder if I'd prefer ..." is musing, not a preference
-    if _SCOPED.search(s) and not _STANDING.search(s):
+    if scoped(s):
         return None  # about the task at hand: "I prefer the second option", "for this email ..."
     return as_memory(s)
 
@@ -775,7 +783,9 @@ class RulesPolicy:
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for i, sentence in enumerate(said):
                 context = said[i - 1] if i else None
-                done, pending = self._sentence(tools, msg, sentence, last, pending, kinds[i], roles[i], context)
+                done, pending = self._sentence(
+                    tools, msg, sentence, last, pending, kinds[i], roles[i], context, said[max(0, i - 2) : i]
+                )
                 results += done
         results += self._promote(tools)
         if opened_here:
@@ -794,6 +804,7 @@ class RulesPolicy:
         kind: SentenceType | None = None,
         role: str | None = None,
         context: str | None = None,
+        earlier: list[str] | None = None,
     ) -> tuple[list[str], str | None]:
         """Handle one sentence; return the tool results and the correction still pending, if any
         ("Sorry, I meant ISO dates." is completed by "Always use that.")."""
@@ -832,6 +843,9 @@ class RulesPolicy:
                 pref = as_memory(pending).rstrip(".") + ". " + pref  # "... ISO format. Always use that."
             elif context and _PERSON.search(body) and kind is not None and kind.vector is not None:
                 pref = as_memory(context).rstrip(".") + ". " + pref  # "David and I separated. Don't bring him up."
+            elif earlier and len(words(body)) <= 8 and _POINTS_BACK.search(body):
+                # "Skip the Beko, I've had two of theirs break. Never again with that brand."
+                pref = as_memory(" ".join(earlier)).rstrip(".") + ". " + pref
             if changing:
                 corrected = self._correct_last(tools, msg, pref, last)
                 if corrected is not None:
