@@ -167,3 +167,8 @@ def test_a_few_words_typed_like_a_search_are_a_request(sentence: str, asks: bool
 async def test_a_search_typed_request_is_not_remembered() -> None:
     memories, _ = await remember(["upper body dumbbell routine"])
     assert memories == []
+
+
+def test_a_game_the_user_asks_to_play_is_a_role_play_and_play_is_a_request() -> None:
+    assert frame("Play a text adventure with me. I'm a thief in a desert city.") == ("play a text adventure", True)
+    assert is_request("Play a round of twenty questions with my son.")

@@ -667,3 +667,11 @@ def test_the_one_who_is_a_person_not_an_option_of_the_task() -> None:
     assert not rules.scoped("My brother is the one with the gluten thing, so keep dinners gluten free.")
     assert rules.scoped("I'll take the one with the blue cover.")
     assert rules.scoped("That's the one I meant.")
+
+
+async def test_a_weak_signal_said_again_in_another_language_graduates() -> None:
+    memories, _ = await remember(
+        ["Wie lange kocht man Reis? Ich koche jeden Abend für sechs Personen."],
+        ["Ein einfaches Rezept für eine große Familie, bitte. Wir sind zu sechst."],
+    )
+    assert [m.evidence for m in memories] == [["m1", "m2"]]
