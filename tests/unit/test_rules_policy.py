@@ -675,3 +675,12 @@ async def test_a_weak_signal_said_again_in_another_language_graduates() -> None:
         ["Ein einfaches Rezept für eine große Familie, bitte. Wir sind zu sechst."],
     )
     assert [m.evidence for m in memories] == [["m1", "m2"]]
+
+
+async def test_a_decision_replaces_the_close_memory_it_changes() -> None:
+    memories, _ = await remember(
+        ["Call me Dr. Mensah in anything formal you write for me."],
+        ['I\'ve decided I prefer plain "Kofi Mensah" without the title from now on, even in formal letters'],
+    )
+    [m] = memories
+    assert "Kofi" in m.text and "Dr." not in m.text and m.evidence == ["m1", "m2"]
