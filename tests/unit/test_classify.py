@@ -179,3 +179,15 @@ async def test_a_weak_signal_in_one_conversation_only_stays_a_hypothesis() -> No
         ["what's the capital of Peru?"],
     )
     assert memories == [] and working.hypotheses
+
+
+@pytest.mark.parametrize(
+    ("sentence", "text"),
+    [
+        ("I'm on helix, which plugin is best for git?", "User is on helix."),
+        ("mostly pescatarian these days, dinner idea?", "Mostly pescatarian these days."),
+        ("Hi, how are you?", "How are you."),  # nothing but the question: the sentence as it was
+    ],
+)
+def test_the_memory_text_leaves_out_the_question_a_sentence_ends_in(sentence: str, text: str) -> None:
+    assert phrasing.memory_text(sentence) == text

@@ -17,6 +17,7 @@ import re
 from collections.abc import Callable
 
 from memwright.agent import lexicon, rules
+from memwright.agent.classify import is_question
 
 MAX_CHARS = 240
 _CLAUSE_CUT = re.compile(r"(?<=[,;:])\s+|\s+[\u2014\u2013-]{1,2}\s+|\s+\((?=[^)]*\))")
@@ -73,8 +74,19 @@ def shorten(sentence: str, score: Callable[[list[str]], list[float]] | None = No
     return text[:MAX_CHARS].rsplit(" ", 1)[0] if len(text) > MAX_CHARS else text
 
 
+def without_question(sentence: str) -> str:
+    """The sentence without the question it ends in, when the rest says something ("I'm on neovim,
+    which plugin manager is best?" -> "I'm on neovim")."""
+    parts = [p for c in rules.clauses(sentence) for p in clause_pieces(c)]
+    if len(parts) < 2 or not is_question(parts[-1]):
+        return sentence
+    said = " ".join(p for p in parts if not is_question(p)).rstrip(" ,;:")
+    return said if rules.content_words(rules.strip_lead_in(said)) else sentence
+
+
 def memory_text(sentence: str, score: Callable[[list[str]], list[float]] | None = None) -> str:
-    """One standalone sentence about the user, in the user's words."""
+    """One standalone sentence about the user, in the user's words (without a question it ends in)."""
+    sentence = without_question(sentence)
     s = shorten(rules.strip_lead_in(sentence) or sentence.strip(), score)
     if not is_english(s):
         return 'User said: "' + s.strip().rstrip(" .") + '".'
