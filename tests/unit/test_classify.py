@@ -191,3 +191,11 @@ async def test_a_weak_signal_in_one_conversation_only_stays_a_hypothesis() -> No
 )
 def test_the_memory_text_leaves_out_the_question_a_sentence_ends_in(sentence: str, text: str) -> None:
     assert phrasing.memory_text(sentence) == text
+
+
+def test_a_relative_clause_is_not_a_question() -> None:
+    said = "There are nine of us, from 20 to 70 (my grandmother is coming, which rules out long walks)."
+    assert phrasing.without_question(said) == said
+    assert (
+        phrasing.without_question("I'm hopeless with fractions, but what's 3/8 of 120") == "I'm hopeless with fractions"
+    )

@@ -595,8 +595,15 @@ async def test_a_question_with_now_in_it_changes_no_memory() -> None:
     assert [(m.text, m.evidence) for m in memories] == [("User is on Lisbon time when we plan meetings.", ["m1"])]
 
 
-async def test_a_topic_asked_about_in_two_conversations_does_not_graduate() -> None:
-    memories, _ = await remember(["summary of the causes of World War One"], ["summary of the causes of World War Two"])
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("summary of the causes of World War One", "summary of the causes of World War Two"),
+        ("best app for tracking workouts", "best app for tracking sleep"),
+    ],
+)
+async def test_a_topic_asked_about_in_two_conversations_does_not_graduate(first: str, second: str) -> None:
+    memories, _ = await remember([first], [second])
     assert memories == []
 
 

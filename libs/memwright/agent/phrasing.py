@@ -17,7 +17,6 @@ import re
 from collections.abc import Callable
 
 from memwright.agent import lexicon, rules
-from memwright.agent.classify import is_question
 
 MAX_CHARS = 240
 _CLAUSE_CUT = re.compile(r"(?<=[,;:])\s+|\s+[\u2014\u2013-]{1,2}\s+|\s+\((?=[^)]*\))")
@@ -74,13 +73,24 @@ def shorten(sentence: str, score: Callable[[list[str]], list[float]] | None = No
     return text[:MAX_CHARS].rsplit(" ", 1)[0] if len(text) > MAX_CHARS else text
 
 
+# a clause that opens with one of these asks even without "?" ("but what's 17% tip on 64 dollars");
+# "which", "when", "where" more often open a relative clause ("..., which rules out some things")
+_ASKING = re.compile(
+    r"^(?:but\s+|and\s+|so\s+)?(?:what|what's|whats|how|why|can|could|would|should|do|does|is|are)\b", re.I
+)
+
+
+def _asks(clause: str) -> bool:
+    return clause.rstrip().endswith("?") or bool(_ASKING.match(clause.strip()))
+
+
 def without_question(sentence: str) -> str:
     """The sentence without the question it ends in, when the rest says something ("I'm on neovim,
     which plugin manager is best?" -> "I'm on neovim")."""
     parts = [p for c in rules.clauses(sentence) for p in clause_pieces(c)]
-    if len(parts) < 2 or not is_question(parts[-1]):
+    if len(parts) < 2 or not _asks(parts[-1]):
         return sentence
-    said = " ".join(p for p in parts if not is_question(p)).rstrip(" ,;:")
+    said = " ".join(p for p in parts if not _asks(p)).rstrip(" ,;:")
     return said if rules.content_words(rules.strip_lead_in(said)) else sentence
 
 

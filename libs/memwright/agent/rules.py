@@ -1047,6 +1047,8 @@ class RulesPolicy:
     def _discloses(self, body: str, kind: SentenceType, held: Hypothesis) -> bool:
         """Whether this sentence or the held one, or a clause of either, reads as more than a
         request (GRADUATE_AT): "mostly vegetarian these days, dinner idea?" does."""
+        if all(_bare_request(s) for s in (body, held.statement)):
+            return False  # "best app for budgeting" ... "best app for note taking"
         if kind.p("standing") + kind.p("weak") >= GRADUATE_AT:
             return True
         texts = [held.statement, *phrasing.clause_pieces(held.statement), *phrasing.clause_pieces(body)]
@@ -1460,6 +1462,12 @@ def _about_the_request(said: list[str], i: int) -> bool:
     if not any(material.is_request(s) for s in said[: i + 1]):
         return False
     return not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or body.endswith("?") or standing_words(body))
+
+
+def _bare_request(sentence: str) -> bool:
+    """A request that says nothing of the user: no first person ("me" and "us" aside)."""
+    body = strip_lead_in(sentence)
+    return material.is_request(body) and not FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body))
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
