@@ -706,3 +706,8 @@ def test_two_standing_sentences_side_by_side_become_one_memory() -> None:
     assert joined_kinds == [kinds[1], kinds[2]] and joined_roles == ["standing", None]
     # one under JOIN_AT stays out
     assert RulesPolicy._roles(said, [kind(0.45), kind(0.7), kind(0.1)]) == [None, "standing", None]
+
+
+async def test_an_instruction_just_before_a_question_is_about_that_question() -> None:
+    memories, _ = await remember(["Respond only in French. How do I say good morning?"])
+    assert memories == []

@@ -1463,11 +1463,12 @@ _OBJECT_SELF = re.compile(r"\b(?:me|us)\b", re.I)  # "Give me ten names" asks; i
 
 
 def _about_the_request(said: list[str], i: int) -> bool:
-    """Sentence i is a request, or an instruction after a request in the same message, with no
-    first person, no question and no standing words: "List five pros and cons of electric cars.",
-    "Write SQL for the top customers. Use CTEs, not subqueries."."""
+    """Sentence i is a request, or an instruction beside a request in the same message (after it,
+    or just before it), with no first person, no question and no standing words: "List five pros
+    and cons of electric cars.", "Write SQL for the top customers. Use CTEs, not subqueries.",
+    "Respond only with yes or no. Is 91 a prime number?"."""
     body = strip_lead_in(said[i])
-    if not any(material.is_request(s) for s in said[: i + 1]):
+    if not any(material.is_request(s) for s in said[: i + 2]):
         return False
     return not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or body.endswith("?") or standing_words(body))
 
