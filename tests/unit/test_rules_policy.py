@@ -693,21 +693,6 @@ async def test_a_decision_replaces_the_close_memory_it_changes() -> None:
     assert "Kofi" in m.text and "Dr." not in m.text and m.evidence == ["m1", "m2"]
 
 
-def test_two_standing_sentences_side_by_side_become_one_memory() -> None:
-    def kind(standing: float) -> SentenceType:
-        return SentenceType("standing", {"standing": standing, "task": 1 - standing}, vector=(1.0, 0.0))
-
-    said = ["Keep recipes to ten ingredients.", "I'm not running a bakery.", "Thanks!"]
-    kinds = [kind(0.6), kind(0.7), kind(0.1)]
-    roles = RulesPolicy._roles(said, kinds)
-    assert roles == ["join", "standing", None]
-    joined, joined_kinds, joined_roles = rules._joined(said, kinds, roles)
-    assert joined == ["Keep recipes to ten ingredients. I'm not running a bakery.", "Thanks!"]
-    assert joined_kinds == [kinds[1], kinds[2]] and joined_roles == ["standing", None]
-    # one under JOIN_AT stays out
-    assert RulesPolicy._roles(said, [kind(0.45), kind(0.7), kind(0.1)]) == [None, "standing", None]
-
-
 async def test_an_instruction_just_before_a_question_is_about_that_question() -> None:
     memories, _ = await remember(["Respond only in French. How do I say good morning?"])
     assert memories == []

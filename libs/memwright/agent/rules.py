@@ -67,7 +67,6 @@ DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
 DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
 STANDING_AT = 0.35  # p(standing) at which a sentence the patterns did not read is remembered at once
-JOIN_AT = 0.5  # p(standing) at which a sentence beside the standing one joins its memory
 TASK_MARGIN = 0.2  # ... unless p(task) is higher by more than this ("this is really helpful, thank you")
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning to graduate
@@ -781,8 +780,6 @@ class RulesPolicy:
                 results.append(f"Nothing remembered from {msg.message_id}: {verdict.reason}")
                 continue
             roles = self._roles(said, kinds)
-            if "join" in roles:  # two standing sentences side by side are one memory
-                said, kinds, roles = _joined(said, kinds, roles)
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for i, sentence in enumerate(said):
                 context = said[i - 1] if i else None
@@ -901,9 +898,8 @@ class RulesPolicy:
     @staticmethod
     def _roles(said: list[str], kinds: list[SentenceType]) -> list[str | None]:
         """Which sentence of a message the trained detector speaks for: at most one `standing`
-        (the likeliest, and only when no pattern read an explicit preference in the message; a
-        likely standing sentence beside it, JOIN_AT, is marked "join" to become part of its memory),
-        else at most one `weak`. A message counts if any of its sentences does; one memory per message."""
+        (the likeliest, and only when no pattern read an explicit preference in the message), else
+        at most one `weak`. A message counts if any of its sentences does; one memory per message."""
         roles: list[str | None] = [None] * len(said)
         if not kinds or kinds[0].vector is None or any(k.label == "meta" for k in kinds):
             return roles
@@ -928,10 +924,6 @@ class RulesPolicy:
             k = kinds[standing]
             if k.p("standing") >= STANDING_AT and k.p("standing") + TASK_MARGIN >= k.p("task"):
                 roles[standing] = "standing"
-                for n in (standing - 1, standing + 1):  # "Keep recipes to 8 ingredients. I'm not running a restaurant."
-                    if n in fresh and kinds[n].p("standing") >= JOIN_AT:
-                        roles[n] = "join"
-                        break
                 return roles
         mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
         if not mine:
@@ -1471,18 +1463,6 @@ def _about_the_request(said: list[str], i: int) -> bool:
     if not any(material.is_request(s) for s in said[: i + 2]):
         return False
     return not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or body.endswith("?") or standing_words(body))
-
-
-def _joined(
-    said: list[str], kinds: list[SentenceType], roles: list[str | None]
-) -> tuple[list[str], list[SentenceType], list[str | None]]:
-    """The sentences with the one whose role is "join" joined to the standing one beside it."""
-    i, j = sorted((roles.index("join"), roles.index("standing")))
-    keep = roles.index("standing")
-    said = [*said[:i], said[i].rstrip() + " " + strip_lead_in(said[j]), *said[j + 1 :]]
-    kinds = [*kinds[:i], kinds[keep], *kinds[j + 1 :]]
-    roles = [*roles[:i], "standing", *roles[j + 1 :]]
-    return said, kinds, roles
 
 
 def _bare_request(sentence: str) -> bool:
