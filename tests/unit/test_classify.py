@@ -199,3 +199,16 @@ def test_a_relative_clause_is_not_a_question() -> None:
     assert (
         phrasing.without_question("I'm hopeless with fractions, but what's 3/8 of 120") == "I'm hopeless with fractions"
     )
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        ("I work nights, can't take calls before noon.", "I work nights, can't take calls before noon."),
+        ("I'm a nurse, so what I need is short answers.", "I'm a nurse, so what I need is short answers."),
+        ("I'm vegan, but my husband eats meat, any dinner ideas?", "I'm vegan, but my husband eats meat"),
+        ("what time is 9am Tokyo for me now", "what time is 9am Tokyo for me now"),  # nothing else to keep
+    ],
+)
+def test_only_a_real_question_at_the_end_is_left_out(said: str, kept: str) -> None:
+    assert phrasing.without_question(said) == kept

@@ -4,7 +4,7 @@ nothing in them becomes a memory, while the user's own words beside them still d
 from __future__ import annotations
 
 import pytest
-from memwright.agent.material import frame, is_request, own_words
+from memwright.agent.material import frame, is_request, own_words, typed_like_a_search
 
 from tests.unit.test_rules_policy import remember
 
@@ -158,10 +158,18 @@ async def test_an_aside_after_the_pasted_material_is_the_user_again() -> None:
         ("Oxford comma, no exceptions.", False),
         ("Metric, not imperial.", False),
         ("Best to keep it short with me, I skim everything on my phone while commuting.", False),  # too long
+        ("No pork in any recipes.", False),  # the words of a rule
+        ("Simple language, no jargon.", False),
+        ("I'm on a keto plan.", False),  # the user
     ],
 )
 def test_a_few_words_typed_like_a_search_are_a_request(sentence: str, asks: bool) -> None:
-    assert is_request(sentence) is asks
+    assert typed_like_a_search(sentence) is asks
+
+
+def test_a_search_shape_does_not_introduce_material() -> None:
+    said = "Quick background for this: I'm a teacher in Ohio and I always want answers in metric."
+    assert own_words(said) == said
 
 
 async def test_a_search_typed_request_is_not_remembered() -> None:

@@ -696,3 +696,33 @@ async def test_a_decision_replaces_the_close_memory_it_changes() -> None:
 async def test_an_instruction_just_before_a_question_is_about_that_question() -> None:
     memories, _ = await remember(["Respond only in French. How do I say good morning?"])
     assert memories == []
+
+
+async def test_a_new_unit_of_another_kind_does_not_replace_the_memory_about_temperatures() -> None:
+    memories, _ = await remember(["Always give temperatures in Celsius."], ["From now on give distances in miles."])
+    assert len(memories) == 2
+
+
+async def test_a_fact_just_before_a_question_is_still_the_users_own() -> None:
+    memories, _ = await remember(["Vegetarian household, no meat. Any dinner ideas?"])
+    assert [m.evidence for m in memories] == [["m1"]] and "meat" in memories[0].text
+
+
+async def test_a_short_preference_does_not_take_in_the_requests_before_it() -> None:
+    memories, _ = await remember(
+        ["What's the weather in Oslo this weekend? Book me a table for two at 8. Never use emojis."]
+    )
+    assert [m.text for m in memories] == ["Never use emojis."]
+
+
+async def test_a_statement_that_opens_like_a_question_can_still_say_a_change() -> None:
+    memories, _ = await remember(["I'm on an iPhone 12."], ["Was on iPhone for years, Android now."])
+    assert [m.evidence for m in memories] == [["m1", "m2"]] and "Android" in memories[0].text
+
+
+async def test_i_have_stopped_contradicts_what_it_stops() -> None:
+    memories, working = await remember(
+        ["I usually work from home, any tips for focus?"], ["I've stopped working from home."]
+    )
+    assert not any("usually works from home" in m.text for m in memories)
+    assert not any("work from home" in h.statement.lower() for h in working.hypotheses)

@@ -87,20 +87,37 @@ _MANNER = re.compile(
 )
 
 
-def _typed_like_a_search(sentence: str) -> bool:
+# words that make a few words a rule or a fact about the user, not a search: "No pork in any
+# recipes.", "Simple language, no jargon.", "I'm on a keto plan."
+_NOT_A_SEARCH = re.compile(
+    r"\b(?:i|i'm|im|i've|i'd|my|me|we|our|us|no|not|never|always|only|any|every|all|don't|dont|ever)\b|,",
+    re.I,
+)
+
+
+def typed_like_a_search(sentence: str) -> bool:
     """A few words as one would type them into a search box: "best app for budgeting", "full body
-    routine" (data/words.toml `search_openers`, `deliverables`)."""
-    return len(sentence.split()) <= SEARCH_WORDS and bool(
-        _SEARCH_OPENER.match(sentence) or _DELIVERABLE.search(sentence)
+    routine" (data/words.toml `search_openers`, `deliverables`), with none of the words of a rule
+    or of the user."""
+    s = sentence.strip()
+    return (
+        len(s.split()) <= SEARCH_WORDS
+        and bool(_SEARCH_OPENER.match(s) or _DELIVERABLE.search(s))
+        and not _NOT_A_SEARCH.search(s)
     )
 
 
+def opens_with_request_verb(sentence: str) -> bool:
+    """Whether a sentence opens as an instruction ("Respond only with yes or no.", "Write ...")."""
+    return _REQUEST.match(_OPENING.sub("", sentence.strip(), count=1)) is not None
+
+
 def is_request(sentence: str) -> bool:
-    """Whether a sentence asks the assistant for something: a question, an opening verb of request
-    ("List five pros and cons ...", "Can you give me ..."), not a manner of writing ("Write in UK
-    English."), or a few words typed like a search ("tips for sleeping during the day")."""
+    """Whether a sentence asks the assistant for something: a question, or an opening verb of
+    request ("List five pros and cons ...", "Can you give me ..."), not a manner of writing ("Write
+    in UK English.")."""
     s = sentence.strip()
-    if s.endswith("?") or _typed_like_a_search(s):
+    if s.endswith("?"):
         return True
     head = _OPENING.sub("", s, count=1)
     verb = _REQUEST.match(head)

@@ -73,14 +73,24 @@ def shorten(sentence: str, score: Callable[[list[str]], list[float]] | None = No
     return text[:MAX_CHARS].rsplit(" ", 1)[0] if len(text) > MAX_CHARS else text
 
 
-# a clause that opens with one of these asks even without "?" ("but what's 17% tip on 64 dollars");
-# "which", "when", "where" more often open a relative clause ("..., which rules out some things")
+# a clause asks when it ends in "?" or opens as a question: a wh-word with its verb ("what's",
+# "how do", "when is") or a verb with its subject ("can you", "is it"); not a statement that only
+# starts with such a word ("what I need is ...", "which rules out ...", "can't take calls", "was on
+# iPhone for years")
 _ASKING = re.compile(
-    r"^(?:but\s+|and\s+|so\s+)?(?:what|what's|whats|how|why|can|could|would|should|do|does|is|are)\b", re.I
+    r"^(?:but\s+|and\s+|so\s+)?(?:(?:what|how|why|where|when|which|who)(?:'s|'re|"
+    r"(?:\s+(?!(?:i|you|we|they|he|she)\b)[\w'-]+){0,2}\s+(?:is|are|was|were|do|does|did|can|could|should|would|"
+    r"will)\b|\s+(?:to|much|many|long|far|about|often)\b)|(?:can|could|would|will|should|do|does|did|is|are)\s+"
+    r"(?:you|i|we|it|they|he|she|there)\b)",
+    re.I,
 )
 
 
-def _asks(clause: str) -> bool:
+_TRAILING_JOINER = re.compile(r"[\s,;:-]*(?:\b(?:but|so|and)\b)?[\s,;:-]*$", re.I)
+
+
+def asks(clause: str) -> bool:
+    """Whether a clause or sentence is a question (with or without its "?")."""
     return clause.rstrip().endswith("?") or bool(_ASKING.match(clause.strip()))
 
 
@@ -88,9 +98,9 @@ def without_question(sentence: str) -> str:
     """The sentence without the question it ends in, when the rest says something ("I'm on neovim,
     which plugin manager is best?" -> "I'm on neovim")."""
     parts = [p for c in rules.clauses(sentence) for p in clause_pieces(c)]
-    if len(parts) < 2 or not _asks(parts[-1]):
+    if len(parts) < 2 or not asks(parts[-1]):
         return sentence
-    said = " ".join(p for p in parts if not _asks(p)).rstrip(" ,;:")
+    said = _TRAILING_JOINER.sub("", sentence[: sentence.rfind(parts[-1])])
     return said if rules.content_words(rules.strip_lead_in(said)) else sentence
 
 

@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from memwright.agent import guard, material
-from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, is_question, shared_detector
+from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
@@ -694,7 +694,6 @@ from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the func
 from memwright.agent.lexicon import (  # noqa: E402
     NOT_CHANGE,
     OUTSIDERS,
-    PAST,
     REQUEST_FRAME,
     RESTATED,
     UNSURE,
@@ -703,7 +702,7 @@ from memwright.agent.lexicon import (  # noqa: E402
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
-EXCLUSIVE_CATEGORIES = {"units", "indent", "theme", "spelling", "naming"}
+EXCLUSIVE_CATEGORIES = {"units", "temperature", "distance", "weight", "volume", "indent", "theme", "spelling", "naming"}
 CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
 
 Ref = tuple[str, str]  # ("memory", memory_id) or ("hypothesis", hypothesis_id)
@@ -845,7 +844,7 @@ class RulesPolicy:
                 pref = as_memory(context).rstrip(".") + ". " + pref  # "David and I separated. Don't bring him up."
             elif earlier and len(words(body)) <= 8 and _POINTS_BACK.search(body):
                 # "Skip the Beko, I've had two of theirs break. Never again with that brand."
-                pref = as_memory(" ".join(earlier)).rstrip(".") + ". " + pref
+                pref = _with_what_it_points_at(pref, earlier)
             if changing:
                 corrected = self._correct_last(tools, msg, pref, last)
                 if corrected is not None:
@@ -1025,7 +1024,7 @@ class RulesPolicy:
         means the same (best-matching sentence pair), citing both; else it is held."""
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
-        if not is_question(body):  # "when is 10am New York for me now" changes nothing
+        if not _asks_at_the_end(body):  # "when is 10am New York for me now" changes nothing
             if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
                 return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
             # "I'm on iPhone" held, then "switched to a Pixel, Android now"
@@ -1098,7 +1097,7 @@ class RulesPolicy:
         merged = _join(h.statement, text)
         why = f"said again by meaning in {msg.conversation_id}"
         # "at uni studying law" held, then "finished my degree, doing the LPC now"
-        if _is_standing_change(body) and not is_question(body):
+        if _is_standing_change(body) and not _asks_at_the_end(body):
             merged, evidence = phrasing.without_old(text, h.statement), [msg.message_id]
             why = f"superseded by what the user said in {msg.message_id}"
         elif best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2:
@@ -1455,12 +1454,13 @@ _OBJECT_SELF = re.compile(r"\b(?:me|us)\b", re.I)  # "Give me ten names" asks; i
 
 
 def _about_the_request(said: list[str], i: int) -> bool:
-    """Sentence i is a request, or an instruction beside a request in the same message (after it,
-    or just before it), with no first person, no question and no standing words: "List five pros
-    and cons of electric cars.", "Write SQL for the top customers. Use CTEs, not subqueries.",
-    "Respond only with yes or no. Is 91 a prime number?"."""
+    """Sentence i is a request, or an instruction after a request in the same message (or one
+    just before it that opens with a request verb), with no first person, no question and no
+    standing words: "List five pros and cons of electric cars.", "Write SQL for the top customers.
+    Use CTEs, not subqueries.", "Respond only with yes or no. Is 91 a prime number?"."""
     body = strip_lead_in(said[i])
-    if not any(material.is_request(s) for s in said[: i + 2]):
+    ahead = said[i + 1 : i + 2] if material.opens_with_request_verb(body) else []
+    if not any(material.is_request(s) or material.typed_like_a_search(s) for s in [*said[: i + 1], *ahead]):
         return False
     return not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or body.endswith("?") or standing_words(body))
 
@@ -1468,7 +1468,8 @@ def _about_the_request(said: list[str], i: int) -> bool:
 def _bare_request(sentence: str) -> bool:
     """A request that says nothing of the user: no first person ("me" and "us" aside)."""
     body = strip_lead_in(sentence)
-    return material.is_request(body) and not FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body))
+    asks = material.is_request(body) or material.typed_like_a_search(body)
+    return asks and not FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body))
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
@@ -1511,15 +1512,25 @@ def _created_id(result: str) -> str | None:
     return m.group(1) if m else None
 
 
+_STOPPED = re.compile(
+    r"\b(?:off|no longer|stopped|quit|gave up|given up|cut out|ditched|dropped|not\b.*\bany ?more)\b|-free\b", re.I
+)
+
+
 def _says_stopped(text: str) -> bool:
-    """Whether `text` already says the user does not, or no longer does, something."""
-    return not polarity(text) or PAST.search(text) is not None
+    """Whether `text` already says the user no longer does something ("off meat", "quit coffee")."""
+    return _STOPPED.search(text) is not None
+
+
+def _asks_at_the_end(body: str) -> bool:
+    """Whether the last sentence of `body` (a sentence, perhaps with the one it leans on) asks."""
+    return phrasing.asks((sentences(body) or [body])[-1])
 
 
 def _update_threshold(changing: int, said: str, sentence: str) -> float:
     """The cosine at which `sentence` (of the message `said`) updates the closest memory instead of
     adding one. A question changes nothing ("when is 10am New York for me now")."""
-    if changing or (says_changed(said) and not is_question(sentence)):
+    if changing or (says_changed(said) and not phrasing.asks(sentence)):
         return CHANGE_TOPIC
     return SAME_TOPIC
 
@@ -1542,7 +1553,7 @@ _PERSON = re.compile(r"\b(?:him|her|he|she|his)\b", re.I)
 _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
 
 
-_POINTS_BACK = re.compile(r"\b(?:them|it|that|those|these|theirs)\b", re.I)
+_POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
 
 
 def _with_context(body: str, previous: str | None) -> str:
@@ -1552,6 +1563,20 @@ def _with_context(body: str, previous: str | None) -> str:
     if previous and (_LEANS_BACK.match(body) or len(words(body)) < 4 or (short and _POINTS_BACK.search(body))):
         return strip_lead_in(previous).rstrip() + " " + body
     return body
+
+
+def _with_what_it_points_at(pref: str, earlier: list[str]) -> str:
+    """A short preference that points back, with the sentences just before it that say what it
+    points at: not a request or a question, and short enough together for one memory."""
+    before: list[str] = []
+    for sentence in reversed(earlier):
+        if material.is_request(sentence) or material.typed_like_a_search(sentence):
+            break
+        before.insert(0, sentence)
+    if not before:
+        return pref
+    text = as_memory(" ".join(before)).rstrip(".") + ". " + pref
+    return text if len(text) <= MAX_MEMORY_CHARS // 2 else pref
 
 
 def _join(a: str, b: str) -> str:
