@@ -146,6 +146,22 @@ def test_an_update_drops_each_piece_that_speaks_of_the_old_value_only(said: str,
     assert phrasing.without_old(said, old) == new
 
 
+@pytest.mark.parametrize(
+    ("said", "old", "new"),
+    [
+        (
+            "I've stopped working from home, and I go to the office daily.",
+            "User works from home.",
+            "I go to the office daily.",
+        ),
+        ("I quit Google and the startup pays better", "User works at Google.", "the startup pays better"),  # no verb
+        ("I'm no longer vegan and eating fish most days", "User is vegan.", "I'm eating fish most days"),
+    ],
+)
+def test_the_subject_of_a_dropped_piece_goes_only_onto_a_verb_after_and(said: str, old: str, new: str) -> None:
+    assert phrasing.without_old(said, old) == new
+
+
 async def _run(*conversations: list[str]) -> tuple[list, object]:
     n = 0
     convs = []

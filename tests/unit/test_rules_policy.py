@@ -671,6 +671,7 @@ async def test_a_short_preference_that_points_back_keeps_what_it_points_at() -> 
 
 
 def test_the_one_who_is_a_person_not_an_option_of_the_task() -> None:
+    assert rules.explicit_preference("The second option is the one I prefer.") is None  # still scoped
     assert not rules.scoped("My brother is the one with the gluten thing, so keep dinners gluten free.")
     assert rules.scoped("I'll take the one with the blue cover.")
     assert rules.scoped("That's the one I meant.")
@@ -726,3 +727,13 @@ async def test_i_have_stopped_contradicts_what_it_stops() -> None:
     )
     assert not any("usually works from home" in m.text for m in memories)
     assert not any("work from home" in h.statement.lower() for h in working.hypotheses)
+
+
+def test_unrelated_to_is_part_of_the_sentence_not_a_lead_in() -> None:
+    assert rules.strip_lead_in("Unrelated to work, I'm colorblind.") == "Unrelated to work, I'm colorblind."
+    assert rules.strip_lead_in("On a side note, I hate emojis.") == "I hate emojis."
+
+
+async def test_a_held_disclosure_in_the_third_person_is_no_bare_request() -> None:
+    memories, _ = await remember(["Suggest a quick dinner, I'm off meat these days."], ["Suggest a quick lunch."])
+    assert [m.evidence for m in memories] == [["m1", "m2"]]

@@ -118,13 +118,10 @@ def memory_text(sentence: str, score: Callable[[list[str]], list[float]] | None 
 
 # an update's pieces: clauses, sentences, and "X and Y" ("he passed the 11+ and started at grammar
 # school"), whose second half takes the first one's subject when the first is left out
-_UPDATE_CUT = re.compile(r"((?<=[,;:.!?])\s+|\s+[\u2014\u2013-]{1,2}\s+|\s+and\s+)", re.IGNORECASE)
-_SUBJECT = re.compile(r"^(?:i|he|she|we|they|(?:my|our) \w+)\b", re.IGNORECASE)
-
-
-def _roots(text: str) -> set[str]:
-    """Content words, cut to four letters ("one-liners" and "one line" share "line")."""
-    return {w[:4] for w in rules.content_words(text)}
+_UPDATE_CUT = re.compile(r"((?<=[,;:.!?])\s+(?:and\s+)?|\s+[\u2014\u2013-]{1,2}\s+|\s+and\s+)", re.IGNORECASE)
+_SUBJECT = re.compile(r"^(?:(?:i|he|she|we|they)(?:'m|'ve|'re|'s|'d)?|(?:my|our) \w+)(?=\s)", re.IGNORECASE)
+# the second half of "X and Y" goes on with the first half's subject when it opens with a verb
+_GOES_ON = re.compile(r"^(?:\w+ed|\w+ing|bought|got|took|went|began|became|found|made|now)\b", re.IGNORECASE)
 
 
 def without_old(sentence: str, old_text: str) -> str:
@@ -135,18 +132,19 @@ def without_old(sentence: str, old_text: str) -> str:
     pieces, cuts = parts[::2], ["", *parts[1::2]]  # cuts[i] comes before pieces[i]
     if len(pieces) < 2:
         return sentence
-    old = _roots(old_text)
+    old = rules.roots(old_text, shortest=1)
     kept: list[str] = []
     subject = ""  # of a dropped piece, for the next one when it has none ("and started at ...")
     for i, piece in enumerate(pieces):
-        others = set().union(*(_roots(p) for j, p in enumerate(pieces) if j != i))
-        old_only = (_roots(piece) & old) - others
+        others = set().union(*(rules.roots(p, shortest=1) for j, p in enumerate(pieces) if j != i))
+        old_only = (rules.roots(piece, shortest=1) & old) - others
         if old_only and _PAST.search(lexicon.NOT_CHANGE.sub(" ", piece)):
             found = _SUBJECT.match(piece)
-            subject = found.group(0) + " " if found else ""
+            and_after = i + 1 < len(pieces) and cuts[i + 1].strip().lower() == "and"
+            subject = found.group(0) + " " if found and and_after else ""
             kept.append("")
             continue
-        if subject and not _SUBJECT.match(piece):
+        if subject and _GOES_ON.match(piece):
             piece = subject + piece
         subject = ""
         kept.append((cuts[i] if kept and kept[-1] else " ") + piece)

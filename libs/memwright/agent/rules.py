@@ -89,8 +89,8 @@ _LEAD_IN = re.compile(
     r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
-    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated|totally unrelated|"
-    r"on an unrelated note|side note|off topic)\b[\s:,!.-]*)|"
+    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
+    r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
     r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*))+",
     re.IGNORECASE,
 )
@@ -316,7 +316,12 @@ _SCOPED = re.compile(
 
 
 # "she's the one with the peanut allergy": a person, not an option of the task at hand ("that's the one")
-_THE_ONE_WHO = re.compile(r"\b(?!(?:this|that|it|which)\b)\w+(?:'s|'m|'re| is| am| are) the one\b", re.I)
+_THE_ONE_WHO = re.compile(
+    r"\b(?:[Ss]he|[Hh]e|[Tt]hey|[Ww]ho|I|(?!(?:This|That|It|Which|Mine|Yours|The)\b)[A-Z][a-z]+|"
+    r"(?:[Mm]y|[Oo]ur|[Hh]is|[Hh]er|[Tt]heir) (?:\w+ )?(?:partner|wife|husband|son|daughter|brother|sister|mum|mom|"
+    r"dad|father|mother|friend|boss|kid|child|baby|boyfriend|girlfriend|flatmate|roommate))"
+    r"(?:'s|'m|'re| is| am| are) the one\b"
+)
 
 
 def scoped(sentence: str) -> bool:
@@ -1465,11 +1470,16 @@ def _about_the_request(said: list[str], i: int) -> bool:
     return not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or body.endswith("?") or standing_words(body))
 
 
+# a held statement speaks of the user in the third person ("they're off meat these days")
+_THE_USER = re.compile(r"\b(?:user|user's|they|they're|they've|their|theirs)\b", re.I)
+
+
 def _bare_request(sentence: str) -> bool:
-    """A request that says nothing of the user: no first person ("me" and "us" aside)."""
+    """A request that says nothing of the user: no first person ("me" and "us" aside), and no
+    third person of a held statement."""
     body = strip_lead_in(sentence)
     asks = material.is_request(body) or material.typed_like_a_search(body)
-    return asks and not FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body))
+    return asks and not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or _THE_USER.search(body))
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
@@ -1486,14 +1496,15 @@ def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
     return f"{result}\n-> {dropped}\n-> {tools.note_hypothesis(statement, evidence)}"
 
 
-def _roots(text: str) -> set[str]:
-    return {w[:4] for w in content_words(text) if len(w) >= 4}
+def roots(text: str, shortest: int = 4) -> set[str]:
+    """Content words of at least `shortest` letters, cut to four ("one-liners" and "one line" share "line")."""
+    return {w[:4] for w in content_words(text) if len(w) >= shortest}
 
 
 def _shared_roots(text: str, others: list[str]) -> bool:
     """Whether `text` shares a content-word root (its first four letters) with one of `others`."""
-    mine = _roots(text)
-    return any(mine & _roots(o) for o in others)
+    mine = roots(text)
+    return any(mine & roots(o) for o in others)
 
 
 def _relatedness(a: str, b: str) -> float:
