@@ -19,7 +19,8 @@ labelled data in the repo), which reads what the patterns miss, in any wording:
 
 Only the user's own words are read (material.py): pasted drafts, quotations, code and role-play are
 not the user speaking. A bare request (a few words typed like a search among them), or an
-instruction after one in the same message, is held at most, never remembered at once.
+instruction beside one in the same message (after it, or just before it: "Respond only with yes or
+no. Is 91 prime?"), is held at most, never remembered at once.
 
 Word lists live in data/words.toml (lexicon.py). Thresholds were chosen on the train and dev splits
 (docs/quality.md, "The default policy"). The patterns, as before:
@@ -914,8 +915,8 @@ class RulesPolicy:
         if not sure:
             return roles
         fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
-        # a bare request, or an instruction after one in the same message, is about that request: at
-        # most weak (the same request in another conversation graduates)
+        # a bare request, or an instruction beside one in the same message, is about that request:
+        # at most weak (the same request in another conversation graduates)
         # ... and so is one tied to the task at hand ("for this email", "tonight") unless it says a habit
         # ... and so is one that opens as a request in the first person ("I would like to know how ...")
         fresh = [
