@@ -134,7 +134,7 @@ def without_old(sentence: str, old_text: str) -> str:
         return sentence
     old = rules.roots(old_text, shortest=1)
     kept: list[str] = []
-    subject = ""  # of a dropped piece, for the next one when it has none ("and started at ...")
+    subject = ""  # of a dropped piece, for the verb after its "and" ("... and started at ...")
     for i, piece in enumerate(pieces):
         others = set().union(*(rules.roots(p, shortest=1) for j, p in enumerate(pieces) if j != i))
         old_only = (rules.roots(piece, shortest=1) & old) - others
