@@ -581,7 +581,7 @@ async def test_a_standing_sentence_graduates_only_the_hypothesis_it_says_again()
 async def test_a_new_unit_from_now_on_replaces_the_memory_about_the_old_unit() -> None:
     memories, _ = await remember(
         ["give me oven recipes in ounces please, it's what my scales show"],
-        ["my son bought me a new kitchen scale, use grams from now on"],
+        ["my daughter talked me round to grams, use grams from now on"],  # no change word: "from now on" does it
     )
     [m] = memories
     assert "grams" in m.text and "ounces" not in m.text and m.evidence == ["m1", "m2"]
