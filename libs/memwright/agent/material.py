@@ -107,18 +107,27 @@ def typed_like_a_search(sentence: str) -> bool:
     )
 
 
+def _request_verb(sentence: str) -> tuple[str, re.Match[str] | None]:
+    """The sentence without its opening ("please", "can you"), and the request verb it opens with."""
+    head = _OPENING.sub("", sentence.strip(), count=1)
+    return head, _REQUEST.match(head)
+
+
 def opens_with_request_verb(sentence: str) -> bool:
     """Whether a sentence opens as an instruction ("Respond only with yes or no.", "Write ...")."""
-    return _REQUEST.match(_OPENING.sub("", sentence.strip(), count=1)) is not None
+    return _request_verb(sentence)[1] is not None
 
 
 def is_request(sentence: str) -> bool:
     """Whether a sentence asks the assistant for something: a question, or an opening verb of
     request ("List five pros and cons ...", "Can you give me ..."), not a manner of writing ("Write
     in UK English.")."""
-    s = sentence.strip()
-    if s.endswith("?"):
+    if sentence.strip().endswith("?"):
         return True
-    head = _OPENING.sub("", s, count=1)
-    verb = _REQUEST.match(head)
+    head, verb = _request_verb(sentence)
     return verb is not None and not _MANNER.match(head, verb.end())
+
+
+def asks_for_something(sentence: str) -> bool:
+    """A request, or a few words typed like a search."""
+    return is_request(sentence) or typed_like_a_search(sentence)

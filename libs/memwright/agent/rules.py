@@ -1459,6 +1459,11 @@ def _task_bound(body: str) -> bool:
 _OBJECT_SELF = re.compile(r"\b(?:me|us)\b", re.I)  # "Give me ten names" asks; it discloses nothing
 
 
+def _speaks_of_self(body: str) -> bool:
+    """First person beyond the object of a request ("me", "us")."""
+    return FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) is not None
+
+
 def _about_the_request(said: list[str], i: int) -> bool:
     """Sentence i is a request, or an instruction after a request in the same message (or one
     just before it that opens with a request verb), with no first person, no question and no
@@ -1466,9 +1471,9 @@ def _about_the_request(said: list[str], i: int) -> bool:
     Use CTEs, not subqueries.", "Respond only with yes or no. Is 91 a prime number?"."""
     body = strip_lead_in(said[i])
     ahead = said[i + 1 : i + 2] if material.opens_with_request_verb(body) else []
-    if not any(material.is_request(s) or material.typed_like_a_search(s) for s in [*said[: i + 1], *ahead]):
+    if not any(material.asks_for_something(s) for s in [*said[: i + 1], *ahead]):
         return False
-    return not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or body.endswith("?") or standing_words(body))
+    return not (_speaks_of_self(body) or body.endswith("?") or standing_words(body))
 
 
 # a held statement speaks of the user in the third person ("they're off meat these days")
@@ -1479,8 +1484,7 @@ def _bare_request(sentence: str) -> bool:
     """A request that says nothing of the user: no first person ("me" and "us" aside), and no
     third person of a held statement."""
     body = strip_lead_in(sentence)
-    asks = material.is_request(body) or material.typed_like_a_search(body)
-    return asks and not (FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) or _THE_USER.search(body))
+    return material.asks_for_something(body) and not (_speaks_of_self(body) or _THE_USER.search(body))
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
@@ -1582,7 +1586,7 @@ def _with_what_it_points_at(pref: str, earlier: list[str]) -> str:
     points at: not a request or a question, and short enough together for one memory."""
     before: list[str] = []
     for sentence in reversed(earlier):
-        if material.is_request(sentence) or material.typed_like_a_search(sentence):
+        if material.asks_for_something(sentence):
             break
         before.insert(0, sentence)
     if not before:
