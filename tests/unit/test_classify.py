@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 from memwright.agent import phrasing, train
 from memwright.agent.classify import LABELS, RULE_FEATURES, PatternDetector, SentenceHead, shared_detector
+from memwright.agent.replace import ReplaceHead
 from memwright.agent.rules import RulesPolicy
 from memwright.eval.dataset import Conversation, EvalMessage, UserCase
 from memwright.eval.offline import run_user
@@ -228,3 +229,22 @@ def test_a_relative_clause_is_not_a_question() -> None:
 )
 def test_only_a_real_question_at_the_end_is_left_out(said: str, kept: str) -> None:
     assert phrasing.without_question(said) == kept
+
+
+def test_the_committed_update_reader_was_trained_on_the_pairs_as_they_are() -> None:
+    """Changing data/pairs.jsonl (or the train split) without `make train` fails here."""
+    data = train.labelled_pairs()
+    digest = hashlib.sha256("\n".join(f"{int(r)}\t{m}\t{s}" for m, s, r in data).encode()).hexdigest()[:16]
+    with np.load(train.REPLACE_FILE) as saved:
+        assert str(saved["data_sha256"]) == digest, "the pairs changed: run `make train` and commit"
+    assert ReplaceHead.load().w.shape == (2 * 384 + 2,)
+
+
+def test_the_update_reader_tells_a_replacement_from_an_addition() -> None:
+    detector = shared_detector()
+    reader = ReplaceHead.load()
+    memory, changed, added = detector.embed(  # type: ignore[attr-defined]
+        ["User lives in Leeds.", "we're in Porto since May, so plan things around there", "my sister lives in Porto"]
+    )
+    assert reader.replaces(memory, changed, "we're in Porto since May")[0] > 0.8
+    assert reader.replaces(memory, added, "my sister lives in Porto")[0] < 0.5

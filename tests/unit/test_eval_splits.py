@@ -244,7 +244,7 @@ def test_sets_that_share_a_user_or_an_unknown_gate_are_refused(
         runner.load_sets(["shipped"], [copy])
     assert runner.main(["--offline", "--split", "dev", "--gate", "test"]) == 2
     assert "--gate test names no set" in capsys.readouterr().err
-    assert set(SPLITS) == {"shipped", "chat", *NEW_SPLITS}
+    assert set(SPLITS) == {"shipped", "chat", "updates", *NEW_SPLITS}
 
 
 def test_a_remembered_preference_that_repeats_the_secret_beside_it_does_not_match() -> None:

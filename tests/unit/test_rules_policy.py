@@ -737,3 +737,48 @@ def test_unrelated_to_is_part_of_the_sentence_not_a_lead_in() -> None:
 async def test_a_held_disclosure_in_the_third_person_is_no_bare_request() -> None:
     memories, _ = await remember(["Suggest a quick dinner, I'm off meat these days."], ["Suggest a quick lunch."])
     assert [m.evidence for m in memories] == [["m1", "m2"]]
+
+
+# ---- the update reader (replace.py) ------------------------------------------------------
+
+
+async def test_a_change_of_mind_inside_a_sentence_read_as_a_task_updates_the_memory_it_replaces() -> None:
+    memories, _ = await remember(
+        ["I'm an apprentice, so keep any present ideas under £15 please, money's tight"],
+        ["got hired full time!! things are easier now, up to £60 is fine for presents. what do I get my nan for 90"],
+    )
+    [m] = memories
+    assert "£60" in m.text and "£15" not in m.text and m.evidence == ["m1", "m2"]
+
+
+class _CloseIsReplaced:
+    """An update reader that says every pair replaces, the closer one more."""
+
+    def replaces(self, memory: object, said: object, said_text: str) -> object:
+        import numpy as np
+
+        return 0.85 + 0.1 * (np.atleast_2d(memory) @ np.asarray(said))
+
+
+def test_the_update_reader_is_not_asked_about_a_memory_far_from_the_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(rules.replace, "shared_head", lambda: _CloseIsReplaced())
+    policy = RulesPolicy()
+    said = "we moved to Porto in the spring"
+    far = memory("Never use emojis in replies.")
+    tools = make_tools([msg("m1", said)], [far])
+    assert policy._replaced(tools, policy._vector(said), said) is None  # cosine under REPLACE_FLOOR
+    monkeypatch.setattr(rules, "REPLACE_FLOOR", -1.0)
+    assert policy._replaced(tools, policy._vector(said), said) is far
+
+
+def test_a_held_hypothesis_the_reader_prefers_keeps_the_memory_from_being_replaced(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(rules.replace, "shared_head", lambda: _CloseIsReplaced())
+    policy = RulesPolicy()
+    said = "moved to Firefox for the containers"
+    kept = memory("Always give keyboard shortcuts for the browser over menu clicks.")
+    tools = make_tools([msg("m1", said)], [kept])
+    assert policy._replaced(tools, policy._vector(said), said) is kept
+    tools.working.note("Chrome is their browser", "c0", "m0", T0.isoformat())
+    assert policy._replaced(tools, policy._vector(said), said) is None

@@ -6,10 +6,13 @@ labelled data in the repo), which reads what the patterns miss, in any wording:
 
 - a message's likeliest `standing` sentence (p >= STANDING_AT, and p(task) not higher by more than
   TASK_MARGIN; never a bare request, a request in the first person or a sentence tied to the task
-  at hand) is remembered at once, in the user's words (phrasing.py); one close in
-  meaning to a memory updates it instead (SAME_TOPIC, or CHANGE_TOPIC when the sentence says
-  something changed: data/words.toml `change`); one that says a hypothesis held from another
-  conversation again graduates it, citing both;
+  at hand) is remembered at once, in the user's words (phrasing.py); one that says again or
+  changes what a memory holds updates it instead: very close in meaning (SAME_TOPIC), or read as
+  its replacement by the update reader (replace.py: the pair, not its closeness; REPLACE_AT), or
+  close (CHANGE_TOPIC) when the sentence says something changed (data/words.toml `change`); one
+  that says a hypothesis held from another conversation again graduates it, citing both;
+- a sentence read as a task that says something changed and that the reader reads as replacing a
+  memory is a change of mind buried in a message about something else: it updates that memory;
 - else its likeliest weak one is held as a hypothesis, and graduates when a message of another
   conversation matches it by meaning (the best-matching sentence pair, cosine >= MATCH_AT), citing
   both, when a clause of either reads as more than a request (GRADUATE_AT); the same words again
@@ -56,7 +59,7 @@ from typing import Any
 
 import numpy as np
 
-from memwright.agent import guard, material
+from memwright.agent import guard, material, replace
 from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
@@ -80,6 +83,8 @@ REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the ll
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.toml `change`)
+REPLACE_AT = 0.8  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
+REPLACE_FLOOR = 0.2  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
 # ---- words -------------------------------------------------------------------------------
@@ -784,7 +789,7 @@ class RulesPolicy:
                 # preferences, even in its other sentences (a secret only costs its own sentence)
                 results.append(f"Nothing remembered from {msg.message_id}: {verdict.reason}")
                 continue
-            roles = self._roles(said, kinds)
+            roles = self._with_buried_change(tools, said, kinds, self._roles(said, kinds))
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for i, sentence in enumerate(said):
                 context = said[i - 1] if i else None
@@ -895,6 +900,8 @@ class RulesPolicy:
             last[conversation] = ("hypothesis", hypothesis_id(statement))
         if not results and kind is not None and kind.vector is not None and role == "weak":
             results = self._weak(tools, msg, _with_context(body, context), kind, last)
+        elif not results and kind is not None and kind.vector is not None and role == "change":
+            results = self._standing(tools, msg, body, kind, last, CHANGED)
         if not results and correction:
             return [], body  # a correction we could not place: the next sentence may complete it
         return results, None
@@ -977,9 +984,8 @@ class RulesPolicy:
         that says a held hypothesis of another conversation again graduates it with both receipts."""
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
-        closest = self._closest_memory(tools, vector)
-        if closest is not None and closest[1] >= _update_threshold(changing, msg.text, body):
-            memory = closest[0]
+        memory = self._changed_memory(tools, vector, body, changing, msg.text)
+        if memory is not None:
             if set(evidence) <= set(memory.evidence):
                 return [f"Already remembered as {memory.memory_id}."]
             text = phrasing.memory_text(phrasing.without_old(body, memory.text), self._clause_score)
@@ -1033,6 +1039,8 @@ class RulesPolicy:
         if not _asks_at_the_end(body):  # "when is 10am New York for me now" changes nothing
             if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
                 return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
+            if says_changed(body) and self._replaced(tools, vector, body) is not None:
+                return self._standing(tools, msg, body, kind, last, CHANGED)  # "I'm on Android these days"
             # "I'm on iPhone" held, then "switched to a Pixel, Android now"
             if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
                 return self._standing(tools, msg, body, kind, last, CHANGED)
@@ -1048,6 +1056,26 @@ class RulesPolicy:
             last[msg.conversation_id] = ("hypothesis", hypothesis_id(text.rstrip(".")))
             return [_note(tools, text.rstrip("."), [msg.message_id])]
         return self._graduate(tools, msg, body, text, best, last)
+
+    def _with_buried_change(
+        self, tools: MemoryTools, said: list[str], kinds: list[SentenceType], roles: list[str | None]
+    ) -> list[str | None]:
+        """`roles`, with the role `change` for the first sentence the detector did not read as a
+        preference that says something changed and that the update reader says replaces a memory:
+        a change of mind inside a message about something else ("budget's way less tight now, up to
+        100 euros is fine for gifts"). Only in a message with no standing sentence; never a request,
+        a question or a sentence tied to the task at hand."""
+        if "standing" in roles or not kinds or kinds[0].vector is None:
+            return roles
+        for i, (sentence, kind) in enumerate(zip(said, kinds, strict=True)):
+            body = strip_lead_in(sentence)
+            if roles[i] is not None or kind.label == "meta" or not says_changed(body):
+                continue
+            if material.asks_for_something(body) or _task_bound(body):
+                continue
+            if self._replaced(tools, np.asarray(kind.vector, dtype=np.float64), body) is not None:
+                return [*roles[:i], "change", *roles[i + 1 :]]
+        return roles
 
     def _discloses(self, body: str, kind: SentenceType, held: Hypothesis) -> bool:
         """Whether this sentence or the held one, or a clause of either, reads as more than a
@@ -1327,14 +1355,46 @@ class RulesPolicy:
                 return m  # "I've changed my mind: always add semicolons" after "never put semicolons"
         return None
 
-    def _meaning_conflict(self, tools: MemoryTools, text: str, changing: int, said: str) -> Memory | None:
-        """The agent memory that `text` says again or changes, by meaning: the closest one, when it
-        is very close (SAME_TOPIC), or close (CHANGE_TOPIC) and the message (`said`) says something
-        changed."""
-        closest = self._closest_memory(tools, self._vector(text))
+    def _changed_memory(
+        self, tools: MemoryTools, vector: np.ndarray, sentence: str, changing: int, said: str
+    ) -> Memory | None:
+        """The agent memory that `sentence` (of the message `said`) says again or changes, by
+        meaning: the closest one, when it is very close (SAME_TOPIC); else the one the update reader
+        says it replaces (REPLACE_AT: "I'm on Android these days" after "User uses an iPhone.");
+        else the closest, when it is close (CHANGE_TOPIC) and the message says something changed.
+        A question changes nothing."""
+        closest = self._closest_memory(tools, vector)
         if closest is None:
             return None
-        return closest[0] if closest[1] >= _update_threshold(changing, said or text, text) else None
+        if closest[1] >= SAME_TOPIC:
+            return closest[0]
+        replaced = self._replaced(tools, vector, sentence)
+        if replaced is not None:
+            return replaced
+        return closest[0] if closest[1] >= _update_threshold(changing, said or sentence, sentence) else None
+
+    def _replaced(self, tools: MemoryTools, vector: np.ndarray, sentence: str) -> Memory | None:
+        """The agent memory the update reader (replace.py) says `sentence` replaces (REPLACE_AT),
+        read against the memory and each of its clauses; none for a question, and none when a held
+        hypothesis reads as what it replaces even more ("moved to firefox" with "chrome" held)."""
+        reader = replace.shared_head() if self._embedder() is not None else None
+        if reader is None or phrasing.asks(sentence):
+            return None
+        held = [(h.statement, None) for h in tools.working.hypotheses]
+        agent = [(m.text, m) for m in tools.memories.values() if m.author == "agent"]
+        best: tuple[float, Memory | None] | None = None
+        for text, m in held + agent:
+            pieces = np.asarray([self._vector(t) for t in dict.fromkeys([text, *phrasing.clause_pieces(text)])])
+            if float((pieces @ vector).max()) < REPLACE_FLOOR:
+                continue  # far apart: nothing the reader says about the pair is worth a memory
+            p = float(reader.replaces(pieces, vector, sentence).max())
+            if p >= REPLACE_AT and (best is None or p > best[0]):
+                best = (p, m)
+        return best[1] if best else None
+
+    def _meaning_conflict(self, tools: MemoryTools, text: str, changing: int, said: str) -> Memory | None:
+        """The agent memory that `text` says again or changes, by meaning (`_changed_memory`)."""
+        return self._changed_memory(tools, self._vector(text), text, changing, said)
 
     def _remember(
         self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0, said: str = ""

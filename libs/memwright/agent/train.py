@@ -1,7 +1,8 @@
-"""Train the sentence-type head (classify.py) and write data/sentence_head.npz.
+"""Train the sentence-type head (classify.py) and the update reader (replace.py), and write their
+weights, data/sentence_head.npz and data/replace_head.npz.
 
-    python -m memwright.agent.train            # train, write the weights, report on dev
-    python -m memwright.agent.train --check    # train and compare with the committed weights
+    python -m memwright.agent.train            # train both, write the weights, report on dev
+    python -m memwright.agent.train --check    # train both and compare with the committed weights
 
 The labelled sentences, all in the repo:
 
@@ -20,6 +21,10 @@ The labelled sentences, all in the repo:
    is wrong or ambiguous ({"text", "label"}); a hand label wins over a derived one.
 3. data/sentences.jsonl: sentences written for the head in varied styles ({"text", "label"}),
    hard negatives above all (long chatty messages, "can you recommend ... for me?", questions).
+
+The update reader's pairs ({memory, said, replaces}): data/pairs.jsonl, written for it, and pairs
+read off the train split (`derive_pairs`): an update's old message, as a memory, is replaced by its
+new message; a memory of one item of a user sits beside the message of another item of the same user.
 
 Training is deterministic: sentences sorted by text, full-batch gradient descent from zeros with a
 fixed number of steps, class-balanced, L2-regularised. The embeddings come from the local model
@@ -41,15 +46,21 @@ import numpy as np
 
 from memwright.agent import guard, rules
 from memwright.agent.classify import HEAD_FILE, LABELS, RULE_FEATURES, SentenceHead, is_question, rule_features
+from memwright.agent.lexicon import says_changed
+from memwright.agent.replace import FEATURES as PAIR_FEATURES
+from memwright.agent.replace import REPLACE_FILE, ReplaceHead, pair_features
 from memwright.eval.dataset import UserCase, load, split_path
 
 DATA = Path(__file__).parent / "data"
 HAND_SENTENCES = DATA / "sentences.jsonl"
 HAND_LABELS = DATA / "sentence_labels.jsonl"
+PAIRS = DATA / "pairs.jsonl"
 STEPS = 3000
 LEARNING_RATE = 0.5
 L2 = 3e-4
 VERSION = "minilm-head-1"
+REPLACE_VERSION = "minilm-replace-1"
+REPLACE_L2 = 3e-3
 
 
 def _read_jsonl(path: Path) -> list[dict[str, str]]:
@@ -135,11 +146,10 @@ def features(embedder: object, texts: list[str]) -> np.ndarray:
     return np.hstack([vectors, rule])
 
 
-def fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Multinomial logistic regression, class-balanced, L2 on the weights, gradient descent with
-    momentum from zeros: the same data gives the same weights."""
+def fit(x: np.ndarray, y: np.ndarray, k: int = len(LABELS), l2: float = L2) -> tuple[np.ndarray, np.ndarray]:
+    """Multinomial logistic regression over `k` classes, class-balanced, L2 on the weights, gradient
+    descent with momentum from zeros: the same data gives the same weights."""
     n, d = x.shape
-    k = len(LABELS)
     counts = np.bincount(y, minlength=k).astype(np.float64)
     sample_weight = (n / (k * np.maximum(counts, 1.0)))[y]
     sample_weight /= sample_weight.sum()
@@ -154,7 +164,7 @@ def fit(x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         p = np.exp(z)
         p /= p.sum(axis=1, keepdims=True)
         g = (p - target) * sample_weight[:, None]
-        gw = x.T @ g + L2 * w
+        gw = x.T @ g + l2 * w
         gb = g.sum(axis=0)
         vw = 0.9 * vw + gw
         vb = 0.9 * vb + gb
@@ -170,6 +180,66 @@ def train(embedder: object) -> tuple[SentenceHead, list[tuple[str, str]], str]:
     w, b = fit(features(embedder, texts), y)
     digest = hashlib.sha256("\n".join(f"{label}\t{t}" for t, label in data).encode()).hexdigest()[:16]
     return SentenceHead(w, b, VERSION), data, digest
+
+
+def _cited_sentences(texts: dict[str, str], ids: list[str], needles: list[str]) -> list[str]:
+    return [s for mid in ids if mid in texts for s in rules.sentences(texts[mid]) if _has_any(s, needles)]
+
+
+def derive_pairs(cases: list[UserCase]) -> list[tuple[str, str, bool]]:
+    """(memory, said, replaces) read off the expectations: an update's old sentence (as a memory) is
+    replaced by its new one; any item's sentence (as a memory) sits beside another item's."""
+    out: list[tuple[str, str, bool]] = []
+    for case in cases:
+        texts = {m.message_id: m.text for c in case.conversations for m in c.messages if m.role == "user"}
+        items: list[list[str]] = []  # each item's cited sentences (an update's: the new ones)
+        for u in case.update:
+            old = _cited_sentences(texts, u.old_evidence, u.must_not_contain)
+            new = _cited_sentences(texts, u.new_evidence, u.must_contain_any)
+            out += [(rules.as_memory(o), n, True) for o in old for n in new if o != n]
+            items.append(new)
+        items += [_cited_sentences(texts, r.evidence_any, r.must_contain_any) for r in case.remember]
+        for i, mine in enumerate(items):
+            for j, theirs in enumerate(items):
+                if i != j:
+                    out += [(rules.as_memory(a), b, False) for a in mine for b in theirs if a != b]
+    return out
+
+
+def labelled_pairs() -> list[tuple[str, str, bool]]:
+    """Every pair once, sorted; a written pair wins over a derived one with the same two texts."""
+    pairs = {(m, s): r for m, s, r in derive_pairs(load(split_path("train")))}
+    for line in PAIRS.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            pairs[(row["memory"], row["said"])] = bool(row["replaces"])
+    return sorted((m, s, r) for (m, s), r in pairs.items())
+
+
+def train_replace(embedder: object) -> tuple[ReplaceHead, list[tuple[str, str, bool]], str]:
+    data = labelled_pairs()
+    texts = sorted({t for m, s, _ in data for t in (m, s)})
+    vectors = dict(zip(texts, np.asarray(embedder.encode(texts), dtype=np.float64), strict=True))  # type: ignore[attr-defined]
+    x = pair_features(
+        np.asarray([vectors[m] for m, _, _ in data]),
+        np.asarray([vectors[s] for _, s, _ in data]),
+        [says_changed(s) for _, s, _ in data],
+    )
+    y = np.asarray([int(r) for _, _, r in data])
+    w, b = fit(x, y, k=2, l2=REPLACE_L2)
+    digest = hashlib.sha256("\n".join(f"{int(r)}\t{m}\t{s}" for m, s, r in data).encode()).hexdigest()[:16]
+    return ReplaceHead(w[:, 1] - w[:, 0], float(b[1] - b[0]), REPLACE_VERSION), data, digest
+
+
+def save_replace(head: ReplaceHead, digest: str, path: Path = REPLACE_FILE) -> None:
+    np.savez_compressed(
+        path,
+        w=head.w.astype(np.float32),
+        b=np.asarray(head.b, dtype=np.float32),
+        features=np.asarray(PAIR_FEATURES),
+        version=np.asarray(head.version),
+        data_sha256=np.asarray(digest),
+    )
 
 
 def save(head: SentenceHead, digest: str, path: Path = HEAD_FILE) -> None:
@@ -208,7 +278,8 @@ def report(embedder: object, head: SentenceHead, split: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m memwright.agent.train", description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="retrain and compare with the committed weights")
-    ap.add_argument("--out", type=Path, default=HEAD_FILE, help="where to write the weights")
+    ap.add_argument("--out", type=Path, default=HEAD_FILE, help="where to write the sentence head")
+    ap.add_argument("--replace-out", type=Path, default=REPLACE_FILE, help="where to write the update reader")
     ap.add_argument("--no-report", action="store_true", help="skip the dev report")
     args = ap.parse_args(argv)
     from memwright.embeddings import local
@@ -221,15 +292,29 @@ def main(argv: list[str] | None = None) -> int:
         f"trained {head.version} on {len(data)} sentences ({', '.join(f'{counts[k]} {k}' for k in LABELS)}) "
         f"in {time.perf_counter() - started:.1f}s; data {digest}"
     )
+    started = time.perf_counter()
+    reader, pairs, pairs_digest = train_replace(embedder)
+    replacing = sum(r for _, _, r in pairs)
+    print(
+        f"trained {reader.version} on {len(pairs)} pairs ({replacing} replace, {len(pairs) - replacing} beside) "
+        f"in {time.perf_counter() - started:.1f}s; data {pairs_digest}"
+    )
     if args.check:
-        committed = SentenceHead.load(args.out)
-        if not same_weights(head, committed):
-            print(f"{args.out} differs from a fresh training: run `make train` and commit it", file=sys.stderr)
+        stale = []
+        if not same_weights(head, SentenceHead.load(args.out)):
+            stale.append(args.out)
+        committed = ReplaceHead.load(args.replace_out)
+        if not (np.allclose(reader.w, committed.w, atol=2e-3) and abs(reader.b - committed.b) <= 2e-3):
+            stale.append(args.replace_out)
+        for path in stale:
+            print(f"{path} differs from a fresh training: run `make train` and commit it", file=sys.stderr)
+        if stale:
             return 1
-        print(f"{args.out} matches a fresh training")
+        print(f"{args.out} and {args.replace_out} match a fresh training")
         return 0
     save(head, digest, args.out)
-    print(f"wrote {args.out}")
+    save_replace(reader, pairs_digest, args.replace_out)
+    print(f"wrote {args.out} and {args.replace_out}")
     if not args.no_report:
         print(report(embedder, SentenceHead.load(args.out), "dev"))
     return 0

@@ -28,13 +28,15 @@ DEFAULT_DATASET = "memories.jsonl"
 # The shipped files by name: the set the rules policy was tuned on, and the splits of the
 # hand-written users (docs/quality.md: tune on train and dev, report test).
 # "chat": one-message users in the style of public chat logs (one-offs, and preferences stated inside
-# requests), written by hand for the probe in docs/quality.md.
+# requests), written by hand for the probe in docs/quality.md. "updates": users who change a
+# preference or fact in a later conversation, written for the sixth round without sight of the splits.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
     "dev": "dev.jsonl",
     "test": "test.jsonl",
     "chat": "chat_probe.jsonl",
+    "updates": "update_probe.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
