@@ -782,3 +782,21 @@ def test_a_held_hypothesis_the_reader_prefers_keeps_the_memory_from_being_replac
     assert policy._replaced(tools, policy._vector(said), said) is kept
     tools.working.note("Chrome is their browser", "c0", "m0", T0.isoformat())
     assert policy._replaced(tools, policy._vector(said), said) is None
+
+
+async def test_a_preference_beside_a_sentence_that_says_a_memory_came_to_an_end_replaces_it() -> None:
+    memories, _ = await remember(
+        ["I'm doing the paleo thing, no grains at all, so recipes need to fit that.", "I live in Bristol"],
+        ["the paleo phase is over, I missed pasta too much. normal home cooking is fine again, I just want more fish"],
+    )
+    replaced = [m for m in memories if "m3" in m.evidence]
+    assert [m.evidence for m in replaced] == [["m1", "m3"]] and "fish" in replaced[0].text
+    assert not any("paleo" in m.text for m in memories)
+
+
+def test_a_sentence_that_only_asks_about_a_memory_ends_nothing() -> None:
+    paleo = memory("User is doing the paleo thing, no grains at all.")
+    tools = make_tools([], [paleo, memory("User lives in Bristol.")])
+    assert rules._ended_memory(tools, ["the paleo phase is over, I missed pasta"]) is paleo
+    assert rules._ended_memory(tools, ["is the paleo hype over?"]) is None
+    assert rules._ended_memory(tools, ["I quit the gym"]) is None  # names no memory

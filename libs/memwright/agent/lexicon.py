@@ -21,6 +21,7 @@ def word_pattern(name: str, anchored: bool = False) -> re.Pattern[str]:
 
 CHANGE = word_pattern("change")  # something changed: a close memory is updated, not added to
 NOT_CHANGE = word_pattern("not_change")  # "from now on": a new standing rule, not a change
+ENDED = word_pattern("ended")  # what a memory holds came to an end: its replacement follows
 PAST = word_pattern("past")  # a clause of an update that speaks of the old value
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household

@@ -703,6 +703,7 @@ def forget_request(sentence: str) -> str | None:
 
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
 from memwright.agent.lexicon import (  # noqa: E402
+    ENDED,
     NOT_CHANGE,
     OUTSIDERS,
     REQUEST_FRAME,
@@ -790,11 +791,12 @@ class RulesPolicy:
                 results.append(f"Nothing remembered from {msg.message_id}: {verdict.reason}")
                 continue
             roles = self._with_buried_change(tools, said, kinds, self._roles(said, kinds))
+            ended = _ended_memory(tools, said)
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for i, sentence in enumerate(said):
                 context = said[i - 1] if i else None
                 done, pending = self._sentence(
-                    tools, msg, sentence, last, pending, kinds[i], roles[i], context, said[max(0, i - 2) : i]
+                    tools, msg, sentence, last, pending, kinds[i], roles[i], context, said[max(0, i - 2) : i], ended
                 )
                 results += done
         results += self._promote(tools)
@@ -815,6 +817,7 @@ class RulesPolicy:
         role: str | None = None,
         context: str | None = None,
         earlier: list[str] | None = None,
+        ended: Memory | None = None,
     ) -> tuple[list[str], str | None]:
         """Handle one sentence; return the tool results and the correction still pending, if any
         ("Sorry, I meant ISO dates." is completed by "Always use that.")."""
@@ -868,7 +871,7 @@ class RulesPolicy:
             return [outcome.result], None
 
         if kind is not None and kind.vector is not None and role == "standing":
-            return self._standing(tools, msg, _with_context(body, context), kind, last, changing), None
+            return self._standing(tools, msg, _with_context(body, context), kind, last, changing, ended), None
 
         results = []
         for signal in weak_signals(body):
@@ -899,7 +902,7 @@ class RulesPolicy:
             results.append(_note(tools, statement, evidence))
             last[conversation] = ("hypothesis", hypothesis_id(statement))
         if not results and kind is not None and kind.vector is not None and role == "weak":
-            results = self._weak(tools, msg, _with_context(body, context), kind, last)
+            results = self._weak(tools, msg, _with_context(body, context), kind, last, ended)
         elif not results and kind is not None and kind.vector is not None and role == "change":
             results = self._standing(tools, msg, body, kind, last, CHANGED)
         if not results and correction:
@@ -977,14 +980,22 @@ class RulesPolicy:
         return max(scored, key=lambda p: p[1]) if scored else None
 
     def _standing(
-        self, tools: MemoryTools, msg: Message, body: str, kind: SentenceType, last: dict[str, Ref], changing: int
+        self,
+        tools: MemoryTools,
+        msg: Message,
+        body: str,
+        kind: SentenceType,
+        last: dict[str, Ref],
+        changing: int,
+        ended: Memory | None = None,
     ) -> list[str]:
         """A standing preference the patterns did not read: remembered at once in the user's words;
-        one that says again or changes what a memory holds (by meaning) updates that memory; one
-        that says a held hypothesis of another conversation again graduates it with both receipts."""
+        one that says again or changes what a memory holds (by meaning) updates that memory, as does
+        one beside a sentence that says what a memory holds came to an end (`ended`); one that says a
+        held hypothesis of another conversation again graduates it with both receipts."""
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
-        memory = self._changed_memory(tools, vector, body, changing, msg.text)
+        memory = ended or self._changed_memory(tools, vector, body, changing, msg.text)
         if memory is not None:
             if set(evidence) <= set(memory.evidence):
                 return [f"Already remembered as {memory.memory_id}."]
@@ -1031,12 +1042,23 @@ class RulesPolicy:
         best = max(scored, key=lambda p: p[0], default=None)
         return best[1] if best is not None and best[0] >= CHANGE_TOPIC else None
 
-    def _weak(self, tools: MemoryTools, msg: Message, body: str, kind: SentenceType, last: dict[str, Ref]) -> list[str]:
+    def _weak(
+        self,
+        tools: MemoryTools,
+        msg: Message,
+        body: str,
+        kind: SentenceType,
+        last: dict[str, Ref],
+        ended: Memory | None = None,
+    ) -> list[str]:
         """A weak self-disclosure: it graduates when a held hypothesis from another conversation
-        means the same (best-matching sentence pair), citing both; else it is held."""
+        means the same (best-matching sentence pair), citing both; else it is held. Beside a
+        sentence that says what a memory holds came to an end (`ended`), it replaces that memory."""
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
         if not _asks_at_the_end(body):  # "when is 10am New York for me now" changes nothing
+            if ended is not None:  # "the paleo phase is over. normal home cooking is fine again"
+                return self._standing(tools, msg, body, kind, last, CHANGED, ended)
             if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
                 return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
             if says_changed(body) and self._replaced(tools, vector, body) is not None:
@@ -1591,6 +1613,21 @@ def _created_id(result: str) -> str | None:
 _STOPPED = re.compile(
     r"\b(?:off|no longer|stopped|quit|gave up|given up|cut out|ditched|dropped|not\b.*\bany ?more)\b|-free\b", re.I
 )
+
+
+def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
+    """The one agent memory that a sentence of this message says came to an end: the sentence names a
+    word of it (by root) beside a word of ending (data/words.toml `ended`: "the keto experiment is
+    over, I missed bread too much"). None for a question, or when the words name several memories."""
+    agent = [m for m in tools.memories.values() if m.author == "agent"]
+    for sentence in said:
+        if not ENDED.search(sentence) or phrasing.asks(sentence):
+            continue
+        mine = roots(ENDED.sub(" ", sentence))
+        named = [m for m in agent if mine & roots(m.text)]
+        if len(named) == 1:
+            return named[0]
+    return None
 
 
 def _says_stopped(text: str) -> bool:
