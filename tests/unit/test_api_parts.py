@@ -352,7 +352,5 @@ async def test_a_body_that_does_not_arrive_in_time_is_a_408() -> None:
     settings = ApiSettings(jwt_secret="k" * 40, pg_dsn="unused", body_read_timeout_s=0.3)
     token = mint(settings, "alice", ["memories:write"])
     async with TestClient(TestServer(build_app(settings, None))) as client:  # type: ignore[arg-type]
-        started = time.monotonic()
         answer = await raw_request(client, _post_head(token, 1000), b'{"text": "I pre', hang_up=False)
-        assert answer.startswith(b"HTTP/1.1 408"), answer
-        assert time.monotonic() - started < 5
+        assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.3 s" in answer, answer

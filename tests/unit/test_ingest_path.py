@@ -9,7 +9,6 @@ import asyncio
 import json
 import subprocess
 import sys
-import time
 import uuid
 
 import pytest
@@ -187,10 +186,8 @@ async def test_a_body_that_does_not_arrive_in_time_is_a_408() -> None:
     settings = IngestSettings(kafka_bootstrap="127.0.0.1:1", jwt_secret="k" * 40, body_read_timeout_s=0.3)
     token = mint(settings, "service:t", ["signals:write"])
     async with TestClient(TestServer(build_app(settings, AcceptingProducer()))) as client:  # type: ignore[arg-type]
-        started = time.monotonic()
         answer = await raw_request(client, _head("/v1/signals", token, 1000), b'{"schema_version": 1', hang_up=False)
         assert answer.startswith(b"HTTP/1.1 408") and b"did not arrive within 0.3 s" in answer
-        assert time.monotonic() - started < 5
 
 
 # ---- per-user quota ---------------------------------------------------------------------
