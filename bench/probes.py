@@ -146,7 +146,7 @@ def _watch(spec: dict[str, Any]) -> None:
         if samples == 1:
             print("sampling", flush=True)
         ready, _, _ = select.select([sys.stdin], [], [], spec["interval_s"])
-        if ready and not sys.stdin.buffer.read1(1024):
+        if ready and not os.read(sys.stdin.fileno(), 1024):
             break
     print(json.dumps({"rss": rss, "sockets": sockets, "samples": samples}), flush=True)
 
