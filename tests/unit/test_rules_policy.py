@@ -800,3 +800,12 @@ def test_a_sentence_that_only_asks_about_a_memory_ends_nothing() -> None:
     assert rules._ended_memory(tools, ["the paleo phase is over, I missed pasta"]) is paleo
     assert rules._ended_memory(tools, ["is the paleo hype over?"]) is None
     assert rules._ended_memory(tools, ["I quit the gym"]) is None  # names no memory
+
+
+async def test_an_update_keeps_the_sentence_beside_it_that_says_what_changed() -> None:
+    memories, _ = await remember(
+        ["keep your answers under 100 words please, I hate scrolling"],
+        ["longer answers are fine now, a few paragraphs when it needs it. the tiny replies left out the caveats"],
+    )
+    [m] = memories
+    assert m.evidence == ["m1", "m2"] and "few paragraphs" in m.text and "100 words" not in m.text

@@ -999,7 +999,8 @@ class RulesPolicy:
         if memory is not None:
             if set(evidence) <= set(memory.evidence):
                 return [f"Already remembered as {memory.memory_id}."]
-            text = phrasing.memory_text(phrasing.without_old(body, memory.text), self._clause_score)
+            changed = _with_changed_neighbours(body, msg.text)
+            text = phrasing.memory_text(phrasing.without_old(changed, memory.text), self._clause_score)
             result = tools.update_memory(
                 memory.memory_id, text, evidence, f"the user said this again or changed it ({msg.message_id})"
             )
@@ -1613,6 +1614,26 @@ def _created_id(result: str) -> str | None:
 _STOPPED = re.compile(
     r"\b(?:off|no longer|stopped|quit|gave up|given up|cut out|ditched|dropped|not\b.*\bany ?more)\b|-free\b", re.I
 )
+
+
+def _with_changed_neighbours(body: str, message: str) -> str:
+    """`body` with the sentences next to it in `message` that say something changed, in order: an
+    update's new value is often in the sentence beside the one read as the preference ("you can go
+    longer now, up to a few paragraphs is fine. the super short answers have been missing nuance").
+    Never a question or a request."""
+    said = sentences(material.own_words(message))
+    bodies = [strip_lead_in(s) for s in said]
+    if body not in bodies:
+        return body
+    i = bodies.index(body)
+
+    def changed(j: int) -> bool:
+        s = bodies[j]
+        return says_changed(s) and not phrasing.asks(s) and not material.asks_for_something(s) and not _task_bound(s)
+
+    before = [said[i - 1]] if i > 0 and changed(i - 1) else []
+    after = [said[i + 1]] if i + 1 < len(said) and changed(i + 1) else []
+    return " ".join(s[:1].upper() + s[1:] for s in [*before, body, *after])
 
 
 def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
