@@ -5,7 +5,8 @@ llm policy's skip.
 
 1. In a fresh process (as a curator starts): the detector's load time and resident memory, then the
    classification cost per message (split into sentences, classified in one call, as a run does)
-   on the embedder bench's messages (bench/embedder.py), one message at a time and in runs of 20.
+   on the embedder bench's messages (bench/embedder.py), one message at a time and in runs of 20;
+   and the update reader's cost (agent/replace.py) for one sentence against ten memories.
 2. Model calls per 100 user windows on a realistic mix, with and without the skip: every
    conversation of the labelled train and dev splits is one window (the curator's unit of work;
    test is never read here). The hypotheses a window could revisit are those the default policy
@@ -59,6 +60,7 @@ def child(messages: int, singles: int) -> dict[str, Any]:
     for start in range(0, len(split), 20):
         detector.classify([s for said in split[start : start + 20] for s in said])
     batch_s, batch_cpu = time.perf_counter() - t0, time.process_time() - cpu0
+    reader_ms = _update_reader_ms(detector, split)
     rss_after, peak = _rss_mb()
     return {
         "detector": detector.version,
@@ -76,8 +78,29 @@ def child(messages: int, singles: int) -> dict[str, Any]:
         "message_cpu_ms": round(single_cpu * 1000 / len(per_message), 2),
         "batched_message_ms": round(batch_s * 1000 / len(split), 2),
         "batched_message_cpu_ms": round(batch_cpu * 1000 / len(split), 2),
+        "update_reader_ms": reader_ms,
         "load_average": round(os.getloadavg()[0], 2),
     }
+
+
+def _update_reader_ms(detector: Any, split: list[list[str]], memories: int = 10) -> float | None:
+    """The update reader's cost for one sentence read against `memories` memories of one clause
+    each (vectors already embedded, as the policy's cache has them): the p50 in ms."""
+    from memwright.agent import replace
+
+    reader = replace.shared_head()
+    if reader is None or not hasattr(detector, "embed"):
+        return None
+    flat = [s for said in split for s in said]
+    held = detector.embed(flat[:memories])
+    said = flat[memories : memories + 200]
+    times = []
+    for sentence, vector in zip(said, detector.embed(said), strict=True):
+        t0 = time.perf_counter()
+        for memory in held:  # the policy reads one memory (its text and clauses) at a time
+            reader.replaces(memory, vector, sentence)
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 3) if times else None
 
 
 async def _measure(messages: int, singles: int) -> dict[str, Any]:
@@ -165,6 +188,8 @@ async def run(say: Callable[[str], None], quick: bool) -> dict[str, Any]:
         f"p95 {cost['message_p95_ms']:.1f} ms, {cost['message_cpu_ms']:.1f} ms CPU; in runs of 20 messages "
         f"{cost['batched_message_ms']:.1f} ms each (load average {cost['load_average']})"
     )
+    if cost["update_reader_ms"] is not None:
+        say(f"   update reader: {cost['update_reader_ms']:.2f} ms p50 for one sentence against 10 memories")
     mix = await windows()
     say(
         f"   {mix['windows']} user windows (train and dev conversations): model calls per 100 windows "
