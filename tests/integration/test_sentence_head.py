@@ -24,4 +24,4 @@ def test_retraining_the_update_reader_reproduces_the_committed_weights() -> None
     committed = ReplaceHead.load()
     with np.load(train.REPLACE_FILE) as data:
         assert str(data["data_sha256"]) == digest
-    assert np.allclose(reader.w, committed.w, atol=2e-3) and abs(reader.b - committed.b) <= 2e-3
+    assert train.same_reader_weights(reader, committed)

@@ -233,18 +233,15 @@ def test_only_a_real_question_at_the_end_is_left_out(said: str, kept: str) -> No
 
 def test_the_committed_update_reader_was_trained_on_the_pairs_as_they_are() -> None:
     """Changing data/pairs.jsonl (or the train split) without `make train` fails here."""
-    data = train.labelled_pairs()
-    digest = hashlib.sha256("\n".join(f"{int(r)}\t{m}\t{s}" for m, s, r in data).encode()).hexdigest()[:16]
     with np.load(train.REPLACE_FILE) as saved:
-        assert str(saved["data_sha256"]) == digest, "the pairs changed: run `make train` and commit"
+        assert str(saved["data_sha256"]) == train.pairs_digest(train.labelled_pairs()), "run `make train` and commit"
     assert ReplaceHead.load().w.shape == (2 * 384 + 2,)
 
 
 def test_the_update_reader_tells_a_replacement_from_an_addition() -> None:
     detector = shared_detector()
     reader = ReplaceHead.load()
-    memory, changed, added = detector.embed(  # type: ignore[attr-defined]
-        ["User lives in Leeds.", "we're in Porto since May, so plan things around there", "my sister lives in Porto"]
-    )
-    assert reader.replaces(memory, changed, "we're in Porto since May")[0] > 0.8
-    assert reader.replaces(memory, added, "my sister lives in Porto")[0] < 0.5
+    changed_text, added_text = "I started eating chicken again last month", "I also love spicy food"
+    memory, changed, added = detector.embed(["User is vegetarian.", changed_text, added_text])  # type: ignore[attr-defined]
+    assert reader.replaces(memory, changed, changed_text)[0] > 0.6
+    assert reader.replaces(memory, added, added_text)[0] < 0.4

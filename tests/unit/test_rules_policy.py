@@ -775,6 +775,7 @@ def test_a_held_hypothesis_the_reader_prefers_keeps_the_memory_from_being_replac
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(rules.replace, "shared_head", lambda: _CloseIsReplaced())
+    monkeypatch.setattr(rules, "REPLACE_FLOOR", 0.0)
     policy = RulesPolicy()
     said = "moved to Firefox for the containers"
     kept = memory("Always give keyboard shortcuts for the browser over menu clicks.")
@@ -809,3 +810,40 @@ async def test_an_update_keeps_the_sentence_beside_it_that_says_what_changed() -
     )
     [m] = memories
     assert m.evidence == ["m1", "m2"] and "few paragraphs" in m.text and "100 words" not in m.text
+
+
+@pytest.mark.parametrize(
+    ("sentence", "may"),
+    [
+        ("we moved to Valencia in the spring", True),
+        ("Our team moved to Kotlin last month, so Kotlin examples from now on.", True),
+        ("my wife switched to oat milk lately", False),  # someone else
+        ("she gave up coffee last year", False),
+        ("thinking about giving up coffee", False),  # maybe, some day
+        ("maybe I'll move to Porto now, not sure", False),
+        ("things changed at work, recommend a gift for my boss up to 100 pounds", False),  # a request clause
+        ("is the paleo hype over?", False),  # a question
+    ],
+)
+def test_only_the_users_own_sure_statement_may_change_a_memory(sentence: str, may: bool) -> None:
+    assert rules._may_change(sentence) is may
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        ("I always use VS Code for Python.", "my son is learning Python now."),
+        ("Keep my gift budget under 20 pounds, always.", "things changed at work, recommend a gift for my boss"),
+    ],
+)
+async def test_news_of_someone_else_or_a_request_with_a_change_word_leaves_a_memory(first: str, second: str) -> None:
+    memories, _ = await remember([first], [second])
+    assert any(m.evidence == ["m1"] and m.version == 1 for m in memories), [(m.text, m.evidence) for m in memories]
+
+
+async def test_a_sentence_far_from_the_memory_that_came_to_an_end_does_not_replace_it() -> None:
+    memories, _ = await remember(
+        ["I'm doing the paleo thing, no grains at all, so recipes need to fit that."],
+        ["the paleo phase is over. I'm training for a marathon in October."],
+    )
+    assert not any("marathon" in m.text and "m1" in m.evidence for m in memories)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 import threading
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -202,7 +203,7 @@ def shared_detector() -> Detector:
                 from memwright.embeddings import local
 
                 _shared["d"] = TrainedDetector(local.shared(), SentenceHead.load())
-            except (ImportError, ValueError, OSError):
+            except (ImportError, ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile):  # missing, stale, torn
                 _shared["d"] = PatternDetector()
         return _shared["d"]
 

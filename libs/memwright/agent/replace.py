@@ -14,6 +14,7 @@ message replace; two items of one user sit beside each other), and writes data/r
 from __future__ import annotations
 
 import threading
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ from memwright.agent.lexicon import says_changed
 
 REPLACE_FILE = Path(__file__).parent / "data" / "replace_head.npz"
 FEATURES = "product,difference,cosine,changed"
+DIMENSIONS = 384  # the local model's (all-MiniLM-L6-v2)
 
 
 def pair_features(memory: np.ndarray, said: np.ndarray, changed: list[bool]) -> np.ndarray:
@@ -46,7 +48,10 @@ class ReplaceHead:
         with np.load(path, allow_pickle=False) as data:
             if str(data["features"]) != FEATURES:
                 raise ValueError(f"{path} was trained on features {data['features']}; retrain it")
-            return cls(data["w"], float(data["b"]), str(data["version"]))
+            head = cls(data["w"], float(data["b"]), str(data["version"]))
+        if head.w.shape != (2 * DIMENSIONS + 2,):
+            raise ValueError(f"{path} holds {head.w.shape[0]} weights, not {2 * DIMENSIONS + 2}; retrain it")
+        return head
 
     def probs(self, x: np.ndarray) -> np.ndarray:
         return np.asarray(1.0 / (1.0 + np.exp(-(x @ self.w + self.b))))
@@ -68,6 +73,6 @@ def shared_head() -> ReplaceHead | None:
         if "h" not in _shared:
             try:
                 _shared["h"] = ReplaceHead.load()
-            except (OSError, ValueError, KeyError):
+            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # missing, stale, torn
                 _shared["h"] = None
         return _shared["h"]

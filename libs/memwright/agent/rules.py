@@ -83,8 +83,8 @@ REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the ll
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.toml `change`)
-REPLACE_AT = 0.8  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
-REPLACE_FLOOR = 0.2  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
+REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
+REPLACE_FLOOR = 0.3  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
 # ---- words -------------------------------------------------------------------------------
@@ -704,10 +704,12 @@ def forget_request(sentence: str) -> str | None:
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
 from memwright.agent.lexicon import (  # noqa: E402
     ENDED,
+    HEDGED,
     NOT_CHANGE,
     OUTSIDERS,
     REQUEST_FRAME,
     RESTATED,
+    SOMEONE_ELSE,
     UNSURE,
     says_changed,
 )
@@ -718,6 +720,16 @@ EXCLUSIVE_CATEGORIES = {"units", "temperature", "distance", "weight", "volume", 
 CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
 
 Ref = tuple[str, str]  # ("memory", memory_id) or ("hypothesis", hypothesis_id)
+
+
+@dataclass(frozen=True)
+class _Message:
+    """What a sentence's handling may look at in the rest of its message: the user's own sentences
+    (role-play and requests for writing left out), and the memory a sentence of it says came to an
+    end (`_ended_memory`)."""
+
+    said: list[str]
+    ended: Memory | None = None
 
 
 @dataclass
@@ -791,12 +803,12 @@ class RulesPolicy:
                 results.append(f"Nothing remembered from {msg.message_id}: {verdict.reason}")
                 continue
             roles = self._with_buried_change(tools, said, kinds, self._roles(said, kinds))
-            ended = _ended_memory(tools, said)
+            around = _Message(said, _ended_memory(tools, said))
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for i, sentence in enumerate(said):
                 context = said[i - 1] if i else None
                 done, pending = self._sentence(
-                    tools, msg, sentence, last, pending, kinds[i], roles[i], context, said[max(0, i - 2) : i], ended
+                    tools, msg, sentence, last, pending, kinds[i], roles[i], context, said[max(0, i - 2) : i], around
                 )
                 results += done
         results += self._promote(tools)
@@ -817,7 +829,7 @@ class RulesPolicy:
         role: str | None = None,
         context: str | None = None,
         earlier: list[str] | None = None,
-        ended: Memory | None = None,
+        around: _Message | None = None,
     ) -> tuple[list[str], str | None]:
         """Handle one sentence; return the tool results and the correction still pending, if any
         ("Sorry, I meant ISO dates." is completed by "Always use that.")."""
@@ -834,7 +846,7 @@ class RulesPolicy:
                 return [tools.delete_memory(target[1], why, evidence)], None
             return [tools.drop_hypothesis(target[1], why)], None
 
-        change = change_signal(sentence)
+        change = change_signal(sentence) if _may_change(sentence) else None  # not "my son switched to Python"
         if change is not None:
             done = self._change(tools, msg, change, last)
             if done:
@@ -871,7 +883,7 @@ class RulesPolicy:
             return [outcome.result], None
 
         if kind is not None and kind.vector is not None and role == "standing":
-            return self._standing(tools, msg, _with_context(body, context), kind, last, changing, ended), None
+            return self._standing(tools, msg, _with_context(body, context), kind, last, changing, around), None
 
         results = []
         for signal in weak_signals(body):
@@ -902,9 +914,9 @@ class RulesPolicy:
             results.append(_note(tools, statement, evidence))
             last[conversation] = ("hypothesis", hypothesis_id(statement))
         if not results and kind is not None and kind.vector is not None and role == "weak":
-            results = self._weak(tools, msg, _with_context(body, context), kind, last, ended)
+            results = self._weak(tools, msg, _with_context(body, context), kind, last, around)
         elif not results and kind is not None and kind.vector is not None and role == "change":
-            results = self._standing(tools, msg, body, kind, last, CHANGED)
+            results = self._standing(tools, msg, body, kind, last, CHANGED, around)
         if not results and correction:
             return [], body  # a correction we could not place: the next sentence may complete it
         return results, None
@@ -987,19 +999,19 @@ class RulesPolicy:
         kind: SentenceType,
         last: dict[str, Ref],
         changing: int,
-        ended: Memory | None = None,
+        around: _Message | None = None,
     ) -> list[str]:
         """A standing preference the patterns did not read: remembered at once in the user's words;
         one that says again or changes what a memory holds (by meaning) updates that memory, as does
-        one beside a sentence that says what a memory holds came to an end (`ended`); one that says a
-        held hypothesis of another conversation again graduates it with both receipts."""
+        one close to a memory a sentence of the message says came to an end (`around.ended`); one
+        that says a held hypothesis of another conversation again graduates it with both receipts."""
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
-        memory = ended or self._changed_memory(tools, vector, body, changing, msg.text)
+        memory = self._ended_here(around, msg, vector) or self._changed_memory(tools, vector, body, changing, msg.text)
         if memory is not None:
             if set(evidence) <= set(memory.evidence):
                 return [f"Already remembered as {memory.memory_id}."]
-            changed = _with_changed_neighbours(body, msg.text)
+            changed = self._with_changed_neighbours(body, around.said if around else [], memory)
             text = phrasing.memory_text(phrasing.without_old(changed, memory.text), self._clause_score)
             result = tools.update_memory(
                 memory.memory_id, text, evidence, f"the user said this again or changed it ({msg.message_id})"
@@ -1050,23 +1062,23 @@ class RulesPolicy:
         body: str,
         kind: SentenceType,
         last: dict[str, Ref],
-        ended: Memory | None = None,
+        around: _Message | None = None,
     ) -> list[str]:
         """A weak self-disclosure: it graduates when a held hypothesis from another conversation
-        means the same (best-matching sentence pair), citing both; else it is held. Beside a
-        sentence that says what a memory holds came to an end (`ended`), it replaces that memory."""
+        means the same (best-matching sentence pair), citing both; else it is held. One close to a
+        memory a sentence of the message says came to an end (`around.ended`) replaces that memory."""
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
         if not _asks_at_the_end(body):  # "when is 10am New York for me now" changes nothing
-            if ended is not None:  # "the paleo phase is over. normal home cooking is fine again"
-                return self._standing(tools, msg, body, kind, last, CHANGED, ended)
-            if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body):
-                return self._standing(tools, msg, body, kind, last, CHANGED)  # "I actually like cilantro now"
+            if self._ended_here(around, msg, vector) is not None:  # "the paleo phase is over. normal cooking is fine"
+                return self._standing(tools, msg, body, kind, last, CHANGED, around)
+            if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body) and _may_change(body):
+                return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I actually like cilantro now"
             if says_changed(body) and self._replaced(tools, vector, body) is not None:
-                return self._standing(tools, msg, body, kind, last, CHANGED)  # "I'm on Android these days"
+                return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I'm on Android these days"
             # "I'm on iPhone" held, then "switched to a Pixel, Android now"
             if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
-                return self._standing(tools, msg, body, kind, last, CHANGED)
+                return self._standing(tools, msg, body, kind, last, CHANGED, around)
         text = phrasing.memory_text(body, self._clause_score)
         best = self._repeats(tools, msg, text)
         if isinstance(best, str):
@@ -1080,24 +1092,54 @@ class RulesPolicy:
             return [_note(tools, text.rstrip("."), [msg.message_id])]
         return self._graduate(tools, msg, body, text, best, last)
 
+    def _ended_here(self, around: _Message | None, msg: Message, vector: np.ndarray) -> Memory | None:
+        """The memory a sentence of this message says came to an end, when this sentence is close
+        enough to it to be its replacement (CHANGE_TOPIC) and has not already changed it."""
+        ended = around.ended if around else None
+        if ended is None or msg.message_id in ended.evidence:
+            return None
+        return ended if self._closeness(ended.text, vector) >= CHANGE_TOPIC else None
+
+    def _closeness(self, text: str, vector: np.ndarray) -> float:
+        """The cosine of `vector` with `text` or the closest of its sentences."""
+        return max(float(self._vector(t) @ vector) for t in [text, *sentences(text)])
+
+    def _with_changed_neighbours(self, body: str, said: list[str], memory: Memory) -> str:
+        """`body` with the sentences next to it in the message (`said`) that say something changed
+        and are close to it or to the memory it updates (CHANGE_TOPIC), in order: an update's new
+        value is often in the sentence beside the one read as the preference ("you can go longer
+        now, up to a few paragraphs is fine. the super short answers have been missing nuance")."""
+        bodies = [strip_lead_in(s) for s in said]
+        if body not in bodies:
+            return body
+        i = bodies.index(body)
+
+        def changed(j: int) -> bool:
+            if not (0 <= j < len(bodies)) or not says_changed(bodies[j]) or not _may_change(bodies[j]):
+                return False
+            vector = self._vector(bodies[j])
+            return max(self._closeness(body, vector), self._closeness(memory.text, vector)) >= CHANGE_TOPIC
+
+        kept = [bodies[j] if j != i else body for j in (i - 1, i, i + 1) if j == i or changed(j)]
+        return " ".join(s[:1].upper() + s[1:] for s in kept)
+
     def _with_buried_change(
         self, tools: MemoryTools, said: list[str], kinds: list[SentenceType], roles: list[str | None]
     ) -> list[str | None]:
-        """`roles`, with the role `change` for the first sentence the detector did not read as a
-        preference that says something changed and that the update reader says replaces a memory:
-        a change of mind inside a message about something else ("budget's way less tight now, up to
-        100 euros is fine for gifts"). Only in a message with no standing sentence; never a request,
-        a question or a sentence tied to the task at hand."""
+        """`roles`, with the role `change` for the first sentence that says something changed and
+        that the update reader says replaces a memory: a change of mind the detector read as a task,
+        inside a message about something else ("budget's way less tight now, up to 100 euros is fine
+        for gifts"). Only in a message with no standing sentence; it takes the place of a weak one
+        (one memory per message). Never a sentence that may not change a memory (`_may_change`) or
+        that says it was said before."""
         if "standing" in roles or not kinds or kinds[0].vector is None:
             return roles
         for i, (sentence, kind) in enumerate(zip(said, kinds, strict=True)):
             body = strip_lead_in(sentence)
-            if roles[i] is not None or kind.label == "meta" or not says_changed(body):
+            if kind.label == "meta" or not says_changed(body) or RESTATED.search(sentence) or _task_bound(body):
                 continue
-            if material.asks_for_something(body) or _task_bound(body):
-                continue
-            if self._replaced(tools, np.asarray(kind.vector, dtype=np.float64), body) is not None:
-                return [*roles[:i], "change", *roles[i + 1 :]]
+            if isinstance(self._replaced(tools, np.asarray(kind.vector, dtype=np.float64), body), Memory):
+                return [None] * i + ["change"] + [None] * (len(roles) - i - 1)
         return roles
 
     def _discloses(self, body: str, kind: SentenceType, held: Hypothesis) -> bool:
@@ -1385,7 +1427,8 @@ class RulesPolicy:
         meaning: the closest one, when it is very close (SAME_TOPIC); else the one the update reader
         says it replaces (REPLACE_AT: "I'm on Android these days" after "User uses an iPhone.");
         else the closest, when it is close (CHANGE_TOPIC) and the message says something changed.
-        A question changes nothing."""
+        The last two only for a sentence that may change a memory (`_may_change`: not a question,
+        a request or someone else's news)."""
         closest = self._closest_memory(tools, vector)
         if closest is None:
             return None
@@ -1398,10 +1441,11 @@ class RulesPolicy:
 
     def _replaced(self, tools: MemoryTools, vector: np.ndarray, sentence: str) -> Memory | None:
         """The agent memory the update reader (replace.py) says `sentence` replaces (REPLACE_AT),
-        read against the memory and each of its clauses; none for a question, and none when a held
-        hypothesis reads as what it replaces even more ("moved to firefox" with "chrome" held)."""
+        read against the memory and each of its clauses; none for a sentence that may not change a
+        memory (`_may_change`), and none when a held hypothesis reads as what it replaces even more
+        ("moved to firefox" with "chrome" held)."""
         reader = replace.shared_head() if self._embedder() is not None else None
-        if reader is None or phrasing.asks(sentence):
+        if reader is None or not _may_change(sentence):
             return None
         held = [(h.statement, None) for h in tools.working.hypotheses]
         agent = [(m.text, m) for m in tools.memories.values() if m.author == "agent"]
@@ -1616,39 +1660,36 @@ _STOPPED = re.compile(
 )
 
 
-def _with_changed_neighbours(body: str, message: str) -> str:
-    """`body` with the sentences next to it in `message` that say something changed, in order: an
-    update's new value is often in the sentence beside the one read as the preference ("you can go
-    longer now, up to a few paragraphs is fine. the super short answers have been missing nuance").
-    Never a question or a request."""
-    said = sentences(material.own_words(message))
-    bodies = [strip_lead_in(s) for s in said]
-    if body not in bodies:
-        return body
-    i = bodies.index(body)
-
-    def changed(j: int) -> bool:
-        s = bodies[j]
-        return says_changed(s) and not phrasing.asks(s) and not material.asks_for_something(s) and not _task_bound(s)
-
-    before = [said[i - 1]] if i > 0 and changed(i - 1) else []
-    after = [said[i + 1]] if i + 1 < len(said) and changed(i + 1) else []
-    return " ".join(s[:1].upper() + s[1:] for s in [*before, body, *after])
-
-
 def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
-    """The one agent memory that a sentence of this message says came to an end: the sentence names a
+    """The one agent memory that a clause of this message says came to an end: the clause names a
     word of it (by root) beside a word of ending (data/words.toml `ended`: "the keto experiment is
-    over, I missed bread too much"). None for a question, or when the words name several memories."""
+    over, I missed bread too much"). None when the clause's sentence may not change a memory
+    (`_may_change`: "my sister gave up coffee", "thinking about giving up coffee"), or when the
+    words name several memories."""
     agent = [m for m in tools.memories.values() if m.author == "agent"]
     for sentence in said:
-        if not ENDED.search(sentence) or phrasing.asks(sentence):
+        if not ENDED.search(sentence) or not _may_change(sentence):
             continue
-        mine = roots(ENDED.sub(" ", sentence))
-        named = [m for m in agent if mine & roots(m.text)]
-        if len(named) == 1:
-            return named[0]
+        for clause in phrasing.clause_pieces(sentence):
+            if not ENDED.search(clause):
+                continue
+            mine = roots(ENDED.sub(" ", clause))
+            named = [m for m in agent if mine & roots(m.text)]
+            if len(named) == 1:
+                return named[0]
     return None
+
+
+def _may_change(sentence: str) -> bool:
+    """Whether a sentence could change what a memory holds: the user's own (not "my wife switched to
+    oat milk"), said for sure (no musing or maybe: "thinking about giving up coffee"), no question,
+    and no request, nor a clause of one ("things changed at work, recommend a gift for my boss")."""
+    body = strip_lead_in(sentence)
+    if UNSURE.search(body) or HEDGED.search(body) or SOMEONE_ELSE.match(body) or OUTSIDERS.match(body):
+        return False
+    if phrasing.asks(body) or material.asks_for_something(body):
+        return False
+    return not any(material.is_request(c) for c in phrasing.clause_pieces(body)[1:])
 
 
 def _says_stopped(text: str) -> bool:
@@ -1663,16 +1704,19 @@ def _asks_at_the_end(body: str) -> bool:
 
 def _update_threshold(changing: int, said: str, sentence: str) -> float:
     """The cosine at which `sentence` (of the message `said`) updates the closest memory instead of
-    adding one. A question changes nothing ("when is 10am New York for me now")."""
-    if changing or (says_changed(said) and not phrasing.asks(sentence)):
+    adding one. A sentence that may not change a memory (`_may_change`: a question, "when is 10am
+    New York for me now"; someone else's news, "my son is learning Python now") must be very close."""
+    if _may_change(sentence) and (changing or says_changed(said)):
         return CHANGE_TOPIC
     return SAME_TOPIC
 
 
 def _is_standing_change(text: str) -> int:
-    """CHANGED when words say a preference replaces an earlier one ("from now on" alone does not)."""
+    """CHANGED when words say a preference replaces an earlier one ("from now on" alone does not),
+    in a sentence that may change a memory (`_may_change`: not "my son is learning Python now")."""
     return CHANGED * bool(
         re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b", text, re.I)
+        and _may_change(text)
     )
 
 

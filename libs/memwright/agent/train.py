@@ -207,8 +207,15 @@ def derive_pairs(cases: list[UserCase]) -> list[tuple[str, str, bool]]:
 
 
 def labelled_pairs() -> list[tuple[str, str, bool]]:
-    """Every pair once, sorted; a written pair wins over a derived one with the same two texts."""
-    pairs = {(m, s): r for m, s, r in derive_pairs(load(split_path("train")))}
+    """Every pair once, sorted; a written pair wins over a derived one with the same two texts, and
+    two texts derived with both labels are left out."""
+    pairs: dict[tuple[str, str], bool] = {}
+    conflicts: set[tuple[str, str]] = set()
+    for m, s, r in derive_pairs(load(split_path("train"))):
+        if pairs.setdefault((m, s), r) != r:
+            conflicts.add((m, s))
+    for key in conflicts:
+        del pairs[key]
     for line in PAIRS.read_text().splitlines():
         if line.strip():
             row = json.loads(line)
@@ -227,8 +234,15 @@ def train_replace(embedder: object) -> tuple[ReplaceHead, list[tuple[str, str, b
     )
     y = np.asarray([int(r) for _, _, r in data])
     w, b = fit(x, y, k=2, l2=REPLACE_L2)
-    digest = hashlib.sha256("\n".join(f"{int(r)}\t{m}\t{s}" for m, s, r in data).encode()).hexdigest()[:16]
-    return ReplaceHead(w[:, 1] - w[:, 0], float(b[1] - b[0]), REPLACE_VERSION), data, digest
+    return ReplaceHead(w[:, 1] - w[:, 0], float(b[1] - b[0]), REPLACE_VERSION), data, pairs_digest(data)
+
+
+def pairs_digest(data: list[tuple[str, str, bool]]) -> str:
+    return hashlib.sha256("\n".join(f"{int(r)}\t{m}\t{s}" for m, s, r in data).encode()).hexdigest()[:16]
+
+
+def same_reader_weights(a: ReplaceHead, b: ReplaceHead, tolerance: float = 2e-3) -> bool:
+    return bool(np.allclose(a.w, b.w, atol=tolerance) and abs(a.b - b.b) <= tolerance)
 
 
 def save_replace(head: ReplaceHead, digest: str, path: Path = REPLACE_FILE) -> None:
@@ -304,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
         if not same_weights(head, SentenceHead.load(args.out)):
             stale.append(args.out)
         committed = ReplaceHead.load(args.replace_out)
-        if not (np.allclose(reader.w, committed.w, atol=2e-3) and abs(reader.b - committed.b) <= 2e-3):
+        if not same_reader_weights(reader, committed):
             stale.append(args.replace_out)
         for path in stale:
             print(f"{path} differs from a fresh training: run `make train` and commit it", file=sys.stderr)
