@@ -1,6 +1,7 @@
 """The outbox relay killed (SIGKILL) after the broker acknowledged its events but before it
 removed their outbox rows: the rows stay, the next relay produces them again, and the
-indexer, applying every copy, still converges Qdrant on PostgreSQL."""
+indexer, applying every copy, still converges Qdrant on PostgreSQL. And a relay that stops
+mid-send without its connection closing gives up the one-relay lock after its idle limit."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from asyncio.subprocess import PIPE
 from pathlib import Path
 
 import asyncpg
+import pytest
 from memwright.embeddings import CachedEmbedder, HashingEmbedder
+from memwright.index import relay
 from memwright.index.drift import find_drift
 from memwright.index.edge import EdgeBackend
 from memwright.index.relay import relay_once
@@ -112,3 +115,44 @@ async def test_relay_killed_between_produce_and_delete_produces_again_and_still_
         assert (drift.total, drift.memories, drift.points) == (0, 20, 20)
     finally:
         await backend.close()
+
+
+class NeverAcked(KeptProducer):
+    """A relay whose host vanished mid-send: its transaction stays open and idle, and no FIN tells
+    PostgreSQL so (the test holds the connection open instead)."""
+
+    def __init__(self, *args: object, **kwargs: object) -> None:
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self.sending = asyncio.Event()
+
+    async def send_all(self, topic: str, records: object) -> None:
+        self.sending.set()
+        await asyncio.sleep(3600)
+
+
+async def test_a_relay_that_stops_mid_send_gives_up_the_one_relay_lock_after_the_idle_limit(
+    db: asyncpg.Pool, kafka: KafkaSettings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(relay, "RELAY_IDLE_LIMIT", "SET LOCAL idle_in_transaction_session_timeout = '1s'")
+    topic = await new_topic(kafka, "relay-idle")
+    memory = uuid.uuid4()
+    await db.execute("INSERT INTO memories (memory_id, user_id, author, text) VALUES ($1, 'u', 'user', 'x')", memory)
+    await db.execute("INSERT INTO index_outbox (memory_id, user_id) VALUES ($1, 'u')", memory)
+    stuck = NeverAcked(kafka.kafka_bootstrap, name="stuck-relay")
+    held = asyncio.ensure_future(relay_once(db, stuck, topic, 500))
+    producer = KeptProducer(kafka.kafka_bootstrap, name="relay")
+    producer.start()
+    try:
+        await asyncio.wait_for(stuck.sending.wait(), 30)  # it holds the lock and the row
+        await producer.wait_ready(30)
+        sent = 0
+        for _ in range(300):  # the server ends the idle transaction; its lock and row locks go with it
+            sent = await relay_once(db, producer, topic, 500)
+            if sent:
+                break
+            await asyncio.sleep(0.1)
+        assert sent == 1 and await _outbox(db) == 0
+    finally:
+        held.cancel()
+        await asyncio.gather(held, return_exceptions=True)
+        await producer.stop()
