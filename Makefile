@@ -58,6 +58,8 @@ lint: install ## ruff (lint and format check) and mypy
 	$(VENV)/bin/ruff format --check libs services tests bench examples
 	$(VENV)/bin/mypy libs/memwright  # two runs: services/ is mapped to memwright.services,
 	$(VENV)/bin/mypy services        # which mypy cannot see in a single pass
+	$(VENV)/bin/mypy examples/langgraph  # one run each: both examples are a main.py
+	$(VENV)/bin/mypy examples/openai_agents
 
 eval: install ## memory quality: shipped set (gated), dev, test, the chat-style and update probes per category (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
 	@$(STACK) start
