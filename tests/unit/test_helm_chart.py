@@ -139,6 +139,7 @@ def test_helm_lint_passes(values_file: str | None) -> None:
         ("llm.maxSteps=0", "/llm/maxSteps"),
         ("llm.timeoutSeconds=0", "/llm/timeoutSeconds"),
         ("indexer.driftCheckSeconds=-1", "/indexer/driftCheckSeconds"),
+        ("sweeper.sessionTimeoutSeconds=5", "/sweeper/sessionTimeoutSeconds"),  # the service refuses < 6
     ],
 )
 def test_wrong_value_fails_on_the_schema(setting: str, message: str) -> None:
@@ -321,11 +322,12 @@ def test_every_setting_the_chart_passes_is_one_a_service_reads(default_objs: lis
 
 
 @needs_helm
-def test_chart_defaults_of_llm_and_indexer_settings_are_the_services_defaults(default_objs: list[Obj]) -> None:
+def test_chart_defaults_of_llm_indexer_and_sweeper_settings_are_the_services_defaults(default_objs: list[Obj]) -> None:
     (config,) = [c for c in of_kind(default_objs, "ConfigMap") if c["metadata"]["name"] == "rel-memwright"]
     for cls, names in {
         CuratorSettings: ("llm_timeout_s", "llm_max_retries", "llm_max_steps"),
         IndexerSettings: ("drift_check_seconds", "drift_settle_seconds", "drain_seconds"),
+        SweeperSettings: ("sweeper_session_timeout_seconds",),
     }.items():
         for name in names:
             assert float(config["data"][PREFIX + name.upper()]) == getattr(cls, name), name

@@ -156,6 +156,7 @@ MEMWRIGHT_EMBED_MODEL: {{ .Values.embeddings.model | quote }}
 MEMWRIGHT_JWT_ISSUER: {{ .Values.auth.issuer | quote }}
 MEMWRIGHT_JWT_AUDIENCE: {{ .Values.auth.audience | quote }}
 MEMWRIGHT_WINDOW_SECONDS: {{ .Values.sweeper.windowSeconds | quote }}
+MEMWRIGHT_SWEEPER_SESSION_TIMEOUT_SECONDS: {{ .Values.sweeper.sessionTimeoutSeconds | quote }}
 MEMWRIGHT_SWEEPER_DATA_DIR: "/var/lib/memwright/sweeper"
 MEMWRIGHT_POLICY: {{ .Values.curator.policy | quote }}
 MEMWRIGHT_CONCURRENCY: {{ .Values.curator.concurrency | quote }}
