@@ -38,6 +38,9 @@ def test_the_training_data_reads_only_the_train_split_and_the_shipped_set(monkey
     monkeypatch.setattr(train, "load", spy)
     train.labelled_sentences()
     assert sorted(read) == ["memories.jsonl", "train.jsonl"]
+    read.clear()
+    train.labelled_pairs()  # the update reader's pairs: written ones and the train split's
+    assert read == ["train.jsonl"]
 
 
 @pytest.mark.parametrize(
