@@ -24,4 +24,4 @@ def test_retraining_the_update_reader_reproduces_the_committed_weights() -> None
     committed = ReplaceHead.load()
     with np.load(train.REPLACE_FILE) as data:
         assert str(data["data_sha256"]) == digest
-    assert train.same_reader_weights(reader, committed)
+    assert train.same_weights(reader, committed)

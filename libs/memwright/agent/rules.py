@@ -987,8 +987,7 @@ class RulesPolicy:
     def _closest_memory(self, tools: MemoryTools, vector: np.ndarray) -> tuple[Memory, float] | None:
         """The agent memory closest in meaning, by its closest sentence (a consolidated memory holds
         several preferences; the whole text's vector is closer to none of them)."""
-        agent = [m for m in tools.memories.values() if m.author == "agent"]
-        scored = [(m, max(float(self._vector(s) @ vector) for s in [m.text, *sentences(m.text)])) for m in agent]
+        scored = [(m, self._closeness(m.text, vector)) for m in tools.agent_memories()]
         return max(scored, key=lambda p: p[1]) if scored else None
 
     def _standing(
@@ -1331,9 +1330,8 @@ class RulesPolicy:
         """The agent memory or hypothesis that `phrase` (and the new value's topic) points at."""
         want = content_words(phrase)
         cats = categories(phrase) | (categories(new) if new else set())
-        candidates: list[tuple[Ref, str]] = [
-            (("memory", m.memory_id), m.text) for m in tools.memories.values() if m.author == "agent"
-        ] + [(("hypothesis", h.id), h.statement) for h in tools.working.hypotheses]
+        candidates: list[tuple[Ref, str]] = [(("memory", m.memory_id), m.text) for m in tools.agent_memories()]
+        candidates += [(("hypothesis", h.id), h.statement) for h in tools.working.hypotheses]
         best: tuple[float, Ref] | None = None
         for ref, text in candidates:
             overlap = len(want & content_words(text))
@@ -1371,9 +1369,9 @@ class RulesPolicy:
         parsed = relation_of(text)
         if parsed is None or parsed[0] not in SINGLE_VALUED:
             return None
-        for m in tools.memories.values():
+        for m in tools.agent_memories():
             other = relation_of(m.text)
-            if m.author == "agent" and other and other[0] == parsed[0] and other[1].lower() != parsed[1].lower():
+            if other and other[0] == parsed[0] and other[1].lower() != parsed[1].lower():
                 return m
         return None
 
@@ -1448,7 +1446,7 @@ class RulesPolicy:
         if reader is None or not _may_change(sentence):
             return None
         held = [(h.statement, None) for h in tools.working.hypotheses]
-        agent = [(m.text, m) for m in tools.memories.values() if m.author == "agent"]
+        agent = [(m.text, m) for m in tools.agent_memories()]
         best: tuple[float, Memory | None] | None = None
         for text, m in held + agent:
             pieces = np.asarray([self._vector(t) for t in dict.fromkeys([text, *phrasing.clause_pieces(text)])])
@@ -1494,7 +1492,7 @@ class RulesPolicy:
         """At the cap (the tool layer said so): fold the new memory into a related one, else
         consolidate the two most related memories to make room, else hold it as a hypothesis.
         Nothing is ever evicted."""
-        agent = [m for m in tools.memories.values() if m.author == "agent"]
+        agent = tools.agent_memories()
         related = sorted(((_relatedness(text, m.text), m) for m in agent), key=lambda p: -p[0])
         if related and related[0][0] >= 1.0:
             m = related[0][1]
@@ -1666,7 +1664,7 @@ def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
     over, I missed bread too much"). None when the clause's sentence may not change a memory
     (`_may_change`: "my sister gave up coffee", "thinking about giving up coffee"), or when the
     words name several memories."""
-    agent = [m for m in tools.memories.values() if m.author == "agent"]
+    agent = tools.agent_memories()
     for sentence in said:
         if not ENDED.search(sentence) or not _may_change(sentence):
             continue

@@ -123,8 +123,12 @@ class MemoryTools:
         self._embedder = embedder
 
     # ---- reading -----------------------------------------------------------------------
+    def agent_memories(self) -> list[Memory]:
+        """The memories the agent may change (never the user's own)."""
+        return [m for m in self.memories.values() if m.author == "agent"]
+
     def agent_memory_count(self) -> int:
-        return sum(1 for m in self.memories.values() if m.author == "agent")
+        return len(self.agent_memories())
 
     def list_memories(self) -> str:
         if not self.memories and not self.deleted:
@@ -406,7 +410,7 @@ class MemoryTools:
         return "\n".join(lines)
 
     def overlapping_pairs(self, limit: int = 3) -> list[tuple[Memory, Memory, float]]:
-        agent = [m for m in self.memories.values() if m.author == "agent"]
+        agent = self.agent_memories()
         vectors = dict(zip((m.memory_id for m in agent), self._vectors([m.text for m in agent]), strict=True))
         pairs = [
             (a, b, cosine(vectors[a.memory_id], vectors[b.memory_id]))

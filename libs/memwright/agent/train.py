@@ -241,10 +241,6 @@ def pairs_digest(data: list[tuple[str, str, bool]]) -> str:
     return hashlib.sha256("\n".join(f"{int(r)}\t{m}\t{s}" for m, s, r in data).encode()).hexdigest()[:16]
 
 
-def same_reader_weights(a: ReplaceHead, b: ReplaceHead, tolerance: float = 2e-3) -> bool:
-    return bool(np.allclose(a.w, b.w, atol=tolerance) and abs(a.b - b.b) <= tolerance)
-
-
 def save_replace(head: ReplaceHead, digest: str, path: Path = REPLACE_FILE) -> None:
     np.savez_compressed(
         path,
@@ -268,8 +264,9 @@ def save(head: SentenceHead, digest: str, path: Path = HEAD_FILE) -> None:
     )
 
 
-def same_weights(a: SentenceHead, b: SentenceHead, tolerance: float = 2e-3) -> bool:
-    return bool(np.allclose(a.w, b.w, atol=tolerance) and np.allclose(a.b, b.b, atol=tolerance))
+def same_weights(a: SentenceHead | ReplaceHead, b: SentenceHead | ReplaceHead, tolerance: float = 2e-3) -> bool:
+    """Whether two trainings of a head agree within `tolerance` (another machine's float bits)."""
+    return bool(np.allclose(a.w, b.w, atol=tolerance) and np.allclose(a.b, b.b, rtol=0, atol=tolerance))
 
 
 def report(embedder: object, head: SentenceHead, split: str) -> str:
@@ -318,7 +315,7 @@ def main(argv: list[str] | None = None) -> int:
         if not same_weights(head, SentenceHead.load(args.out)):
             stale.append(args.out)
         committed = ReplaceHead.load(args.replace_out)
-        if not same_reader_weights(reader, committed):
+        if not same_weights(reader, committed):
             stale.append(args.replace_out)
         for path in stale:
             print(f"{path} differs from a fresh training: run `make train` and commit it", file=sys.stderr)
