@@ -91,6 +91,7 @@ def test_memory_text_keeps_the_users_key_words_in_one_sentence(sentence: str, ke
         ("Ich wohne in Köln, also bitte Tipps für Köln.", False),
         ("je suis prof de maths au collège", False),
         ("Me gusta el café solo.", False),  # "me" is a word of both
+        ("Jugar al ajedrez me relaja mucho.", False),  # not "Jugar al ajedrez them relaja mucho"
         ("J\u2019ai deux enfants.", False),  # a curly apostrophe
         ("Los Angeles based, Les Paul guitar owner.", True),  # names, not articles
     ],

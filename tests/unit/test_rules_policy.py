@@ -441,6 +441,9 @@ async def test_ordinary_preferences_beside_the_guard_are_still_remembered() -> N
         ),
         ("I cycle; rain or shine", "User cycles; rain or shine."),
         ("I go by Bobby now", "User goes by Bobby now."),
+        # typed without the apostrophe
+        ("Im on ubuntu 22.04 on my laptop", "User is on ubuntu 22.04 on their laptop."),
+        ("ive got two cats and im allergic to one", "User has got two cats and they're allergic to one."),
     ],
 )
 def test_the_verb_after_i_takes_the_third_person_even_before_a_comma(said: str, memory_text: str) -> None:

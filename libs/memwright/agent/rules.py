@@ -218,16 +218,17 @@ def as_memory(clause: str) -> str:
         r"(?:,\s*)?\b(?:please|by the way|btw|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$", "", s, flags=re.I
     ).rstrip(" ,")
     s = re.sub(r"^my\b", "User's", s, flags=re.I)
-    head = re.match(r"^(i'm|i am|i've|i have|i'd|i would|i)\b\s*", s, re.I)
+    # "Im"/"Ive" as typed without the apostrophe are "I'm"/"I've" ("Im on ubuntu" -> "User is on ubuntu")
+    head = re.match(r"^(i'm|im|i am|i've|ive|i have|i'd|i would|i)\b\s*", s, re.I)
     if not head:  # an instruction ("Always answer in metric units") or "User's name is ..."
         s = _they(s)
         s = s[:1].upper() + s[1:]
     else:
         rest = _they(s[head.end() :])
         h = head.group(1).lower()
-        if h in ("i'm", "i am"):
+        if h in ("i'm", "im", "i am"):
             s = "User is " + rest
-        elif h in ("i've", "i have"):
+        elif h in ("i've", "ive", "i have"):
             s = "User has " + rest
         elif h in ("i'd", "i would"):
             s = "User would " + rest
@@ -250,9 +251,9 @@ def as_memory(clause: str) -> str:
 def _they(text: str) -> str:
     """First person to third person inside a clause ("call me Sam" -> "call them Sam")."""
     subs = [
-        (r"\bI'm\b", "they're"),
+        (r"\bI'm\b|\b(?-i:[Ii]m)\b", "they're"),
         (r"\bI am\b", "they are"),
-        (r"\bI've\b", "they've"),
+        (r"\bI've\b|\b(?-i:[Ii]ve)\b", "they've"),
         (r"\bI'd\b", "they'd"),
         (r"\bI'll\b", "they'll"),
         (r"\bI\b", "they"),
