@@ -826,6 +826,11 @@ async def test_an_update_keeps_the_sentence_beside_it_that_says_what_changed() -
         ("maybe I'll move to Porto now, not sure", False),
         ("things changed at work, recommend a gift for my boss up to 100 pounds", False),  # a request clause
         ("is the paleo hype over?", False),  # a question
+        ("my partner got me into horror films and I love them now??", True),  # surprise, not a question
+        ("my son gave me his old Samsung Galaxy", True),  # the user is in someone else's news
+        ("my wife and I moved to Lisbon", True),
+        ("my wife says I should go vegan", False),  # the user only as the one told
+        ("my boss moved to Teams last month", False),  # an outsider (words.toml `outsiders`)
     ],
 )
 def test_only_the_users_own_sure_statement_may_change_a_memory(sentence: str, may: bool) -> None:
@@ -842,6 +847,30 @@ def test_only_the_users_own_sure_statement_may_change_a_memory(sentence: str, ma
 async def test_news_of_someone_else_or_a_request_with_a_change_word_leaves_a_memory(first: str, second: str) -> None:
     memories, _ = await remember([first], [second])
     assert any(m.evidence == ["m1"] and m.version == 1 for m in memories), [(m.text, m.evidence) for m in memories]
+
+
+async def test_a_change_of_mind_said_in_surprise_updates_the_memory() -> None:
+    memories, _ = await remember(
+        ["please never recommend horror, I genuinely can't sleep after"],
+        ["ok weird development, my partner got me into horror films and I love them now?? give me something creepy"],
+    )
+    [m] = memories
+    assert m.evidence == ["m1", "m2"] and "love them now" in m.text and "never" not in m.text.lower()
+
+
+@pytest.mark.parametrize(
+    ("text", "question"),
+    [
+        ("I love them now??", False),  # surprise
+        ("you did what??", True),
+        ("is it vegan??", True),
+        ("any tips?", True),
+    ],
+)
+def test_a_statement_ending_in_two_question_marks_is_not_a_question(text: str, question: bool) -> None:
+    from memwright.agent import classify, phrasing
+
+    assert phrasing.asks(text) is question and classify.is_question(text) is question
 
 
 async def test_a_sentence_far_from_the_memory_that_came_to_an_end_does_not_replace_it() -> None:

@@ -34,7 +34,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from memwright.agent import guard
+from memwright.agent import guard, material
 
 LABELS = ("standing", "weak", "task", "question", "meta")
 HEAD_FILE = Path(__file__).parent / "data" / "sentence_head.npz"
@@ -74,8 +74,10 @@ class Detector(Protocol):
 
 
 def is_question(sentence: str) -> bool:
+    """A question: it ends in "?" (not a statement's surprised "??": "I love them now??"), opens
+    with "¿", or opens as one and is short."""
     s = sentence.strip()
-    return s.endswith("?") or s.startswith("¿") or bool(_QUESTION_START.match(s) and len(s.split()) <= 12)
+    return material.ends_asking(s) or s.startswith("¿") or bool(_QUESTION_START.match(s) and len(s.split()) <= 12)
 
 
 def rule_features(sentence: str) -> list[float]:

@@ -25,11 +25,18 @@ ENDED = word_pattern("ended")  # what a memory holds came to an end: its replace
 PAST = word_pattern("past")  # a clause of an update that speaks of the old value
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 HEDGED = word_pattern("hedged")  # maybe, some day: changes no memory
-_PEOPLE = "|".join(sorted((re.escape(w) for w in WORDS["people"]), key=len, reverse=True))
-# "my wife switched to oat milk", "she gave up coffee" (and, in a memory's words, "User's son ..."):
-# about someone else, so it changes no memory of the user
-SOMEONE_ELSE = re.compile(rf"^(?:(?:my|our|user's|their)\s+(?:{_PEOPLE})\b|(?:he|she)\b)", re.IGNORECASE)
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household
+_PEOPLE = "|".join(
+    sorted(
+        {re.escape(w) for w in WORDS["people"]} | {re.escape(w.split(" ", 1)[1]) for w in WORDS["outsiders"]},
+        key=len,
+        reverse=True,
+    )
+)
+# "my wife switched to oat milk", "she gave up coffee", "my boss moved to Teams" (and, in a memory's
+# words, "User's son ..."): about someone else (`people` and the `outsiders`), so it changes no memory
+# of the user, unless the user is in it too (rules._about_someone_else)
+SOMEONE_ELSE = re.compile(rf"^(?:(?:my|our|user's|their)\s+(?:{_PEOPLE})\b|(?:he|she)\b)", re.IGNORECASE)
 REQUEST_FRAME = word_pattern("request_frames", anchored=True)  # "I would like to know ...": a request
 RESTATED = word_pattern("restated")  # said before: held like a weak signal, not remembered at once
 

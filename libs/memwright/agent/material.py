@@ -118,11 +118,22 @@ def opens_with_request_verb(sentence: str) -> bool:
     return _request_verb(sentence)[1] is not None
 
 
+_SURPRISE = re.compile(r"\?\s*\?$")
+_WH_WORD = re.compile(r"\b(?:what|how|why|where|when|which|who)\b", re.I)
+
+
+def ends_asking(text: str) -> bool:
+    """Whether `text` ends in a question mark that asks: not the surprised "??" of a statement ("my
+    partner got me into horror films and I love them now??"), one with no wh-word."""
+    s = text.strip()
+    return s.endswith("?") and not (_SURPRISE.search(s) and not _WH_WORD.search(s))
+
+
 def is_request(sentence: str) -> bool:
     """Whether a sentence asks the assistant for something: a question, or an opening verb of
     request ("List five pros and cons ...", "Can you give me ..."), not a manner of writing ("Write
     in UK English.")."""
-    if sentence.strip().endswith("?"):
+    if ends_asking(sentence):
         return True
     head, verb = _request_verb(sentence)
     return verb is not None and not _MANNER.match(head, verb.end())

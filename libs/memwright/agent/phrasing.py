@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from memwright.agent import lexicon, rules
+from memwright.agent import lexicon, material, rules
 
 MAX_CHARS = 240
 _CLAUSE_CUT = re.compile(r"(?<=[,;:])\s+|\s+[\u2014\u2013-]{1,2}\s+|\s+\((?=[^)]*\))")
@@ -91,7 +91,7 @@ _TRAILING_JOINER = re.compile(r"[\s,;:-]*(?:\b(?:but|so|and)\b)?[\s,;:-]*$", re.
 
 def asks(clause: str) -> bool:
     """Whether a clause or sentence is a question (with or without its "?")."""
-    return clause.rstrip().endswith("?") or bool(_ASKING.match(clause.strip()))
+    return material.ends_asking(clause) or bool(_ASKING.match(clause.strip()))
 
 
 def without_question(sentence: str) -> str:

@@ -1684,11 +1684,25 @@ def _may_change(sentence: str) -> bool:
     oat milk"), said for sure (no musing or maybe: "thinking about giving up coffee"), no question,
     and no request, nor a clause of one ("things changed at work, recommend a gift for my boss")."""
     body = strip_lead_in(sentence)
-    if UNSURE.search(body) or HEDGED.search(body) or SOMEONE_ELSE.match(body) or OUTSIDERS.match(body):
+    if UNSURE.search(body) or HEDGED.search(body) or _about_someone_else(body):
         return False
     if phrasing.asks(body) or material.asks_for_something(body):
         return False
     return not any(material.is_request(c) for c in phrasing.clause_pieces(body)[1:])
+
+
+# the user in someone else's news ("my son gave me his old Samsung", "my partner got me into horror
+# films and I love them now"), not as the one told about it ("my wife says I should go vegan")
+_USER_IN_IT = re.compile(
+    r"(?<!\btold )(?<!\btells )(?<!\basked )(?<!\basks )(?<!\bsaid )(?<!\bsays )(?<!\bwants )(?<!\bthinks )"
+    r"\b(?:[Ii]|[Mm]e)\b"
+)
+
+
+def _about_someone_else(body: str) -> bool:
+    """Whether `body` is someone else's news, without the user in it (`_USER_IN_IT`)."""
+    other = SOMEONE_ELSE.match(body)
+    return other is not None and _USER_IN_IT.search(body, other.end()) is None
 
 
 def _says_stopped(text: str) -> bool:
