@@ -879,3 +879,13 @@ async def test_a_sentence_far_from_the_memory_that_came_to_an_end_does_not_repla
         ["the paleo phase is over. I'm training for a marathon in October."],
     )
     assert not any("marathon" in m.text and "m1" in m.evidence for m in memories)
+
+
+async def test_a_request_that_says_a_held_disclosure_again_adds_no_words_to_its_memory() -> None:
+    memories, _ = await remember(
+        ["I'm a high school chemistry teacher.", "ideas for a lab on reaction rates"],
+        ["write a worksheet on moles"],
+    )
+    texts = [(m.text, m.evidence) for m in memories]
+    assert any("chemistry teacher" in t for t, _ in texts), texts
+    assert not any("worksheet" in t for t, _ in texts), texts  # not "... teacher. Write a worksheet on moles."

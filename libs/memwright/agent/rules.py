@@ -1199,8 +1199,10 @@ class RulesPolicy:
         if _is_standing_change(body) and not _asks_at_the_end(body):
             merged, evidence = phrasing.without_old(text, h.statement), [msg.message_id]
             why = f"superseded by what the user said in {msg.message_id}"
-        elif best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2:
-            merged = text  # the same words again, or too long together: the newer sentence
+        elif best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2 or _only_asks(h.statement, body):
+            merged = text  # the same words again, too long together, or a request held: the newer sentence
+        elif _only_asks(body, h.statement):
+            merged = h.statement + "."  # "write a worksheet on moles" after "User is a chemistry teacher"
         outcome = self._remember(tools, merged, evidence)
         results = [outcome.result]
         if outcome.stored and tools.working.find(h.id) is not None:
@@ -1611,6 +1613,13 @@ def _bare_request(sentence: str) -> bool:
     third person of a held statement."""
     body = strip_lead_in(sentence)
     return material.asks_for_something(body) and not (_speaks_of_self(body) or _THE_USER.search(body))
+
+
+def _only_asks(text: str, other: str) -> bool:
+    """Whether `text` is a request that says nothing of the user (`_bare_request`) and `other` speaks
+    of the user: the request adds nothing to the memory that the other sentence makes."""
+    speaks = _speaks_of_self(strip_lead_in(other)) or _THE_USER.search(other) is not None
+    return speaks and _bare_request(text) and material.is_request(strip_lead_in(text))
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
