@@ -5,6 +5,8 @@ graduate only across conversations, changes and corrections, forgetting, the bud
 from __future__ import annotations
 
 from datetime import timedelta
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from memwright.agent import rules
@@ -484,6 +486,22 @@ async def test_a_fact_that_changes_is_remembered_as_the_new_value_alone(first: s
     assert "LPC" in m.text and "uni" not in m.text
     assert m.evidence == evidence
     assert not any("uni" in h.statement for h in working.hypotheses)
+
+
+def test_a_graduation_that_supersedes_the_held_value_is_remembered_as_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new value goes to _remember as a change, so a memory it changes is updated, not added to."""
+    seen: list[tuple[str, int]] = []
+
+    def spy(self: RulesPolicy, tools: Any, text: str, evidence: list[str], changing: int = 0, said: str = "") -> Any:
+        seen.append((text, changing))
+        return rules._Outcome("Refused: spied", False)
+
+    monkeypatch.setattr(RulesPolicy, "_remember", spy)
+    held = Hypothesis("h", "User is at uni studying law", 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
+    msg = tools_module.Message("m3", "c2", "finished my degree, doing the LPC now", "user", T0, 3)
+    tools = SimpleNamespace(shown={"m1": msg}, working=WorkingMemory())
+    RulesPolicy()._graduate(tools, msg, msg.text, "User finished their degree, doing the LPC now.", (0.7, held), {})  # type: ignore[arg-type]
+    assert seen and seen[0][1] == rules.CHANGED, seen
 
 
 async def test_a_change_supersedes_the_held_hypothesis_of_the_same_exclusive_topic() -> None:

@@ -1195,15 +1195,17 @@ class RulesPolicy:
         evidence = [m for m in h.message_ids if m in tools.shown] + [msg.message_id]
         merged = _join(h.statement, text)
         why = f"said again by meaning in {msg.conversation_id}"
+        changing = 0
         # "at uni studying law" held, then "finished my degree, doing the LPC now"
         if _is_standing_change(body) and not _asks_at_the_end(body):
+            changing = CHANGED
             merged, evidence = phrasing.without_old(text, h.statement), [msg.message_id]
             why = f"superseded by what the user said in {msg.message_id}"
         elif best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2 or _only_asks(h.statement, body):
             merged = text  # the same words again, too long together, or a request held: the newer sentence
         elif _only_asks(body, h.statement):
             merged = h.statement + "."  # "write a worksheet on moles" after "User is a chemistry teacher"
-        outcome = self._remember(tools, merged, evidence)
+        outcome = self._remember(tools, merged, evidence, changing=changing, said=msg.text)
         results = [outcome.result]
         if outcome.stored and tools.working.find(h.id) is not None:
             results.append(tools.drop_hypothesis(h.id, why))
