@@ -80,6 +80,27 @@ async def test_an_explicit_preference_becomes_a_memory_and_the_model_sees_contex
     assert tools.working.summary.endswith("Remembered the metric preference from m1.")
 
 
+async def test_tool_calls_run_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """search_similar embeds with the local model: CPU-bound, so not on the curator's event loop."""
+    import threading
+
+    from memwright.agent import llm as llm_module
+
+    threads: list[int] = []
+    original = llm_module.call_tool
+
+    def spy(*args: object) -> tuple[str, str]:
+        threads.append(threading.get_ident())
+        return original(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(llm_module, "call_tool", spy)
+    tools = make_tools(conversation("c1", "Always answer in metric units."))
+    async with FakeLlm() as llm:
+        llm.push(tool_call("search_similar", text="metric units"), text("Nothing to add."))
+        await policy(llm).run(tools, list(tools.shown.values()))
+    assert threads and threading.get_ident() not in threads
+
+
 async def test_a_full_budget_reaches_the_model_as_a_tool_result_and_the_model_consolidates() -> None:
     a = memory("Never use emojis in replies.", evidence=["old-1"])
     b = memory("Never use emojis or exclamation marks in replies.", evidence=["old-2"])

@@ -907,3 +907,21 @@ async def test_a_request_that_says_a_held_disclosure_again_adds_no_words_to_its_
     texts = [(m.text, m.evidence) for m in memories]
     assert any("chemistry teacher" in t for t, _ in texts), texts
     assert not any("worksheet" in t for t, _ in texts), texts  # not "... teacher. Write a worksheet on moles."
+
+
+async def test_a_run_does_its_model_work_off_the_event_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Classifying and embedding are CPU-bound: on the curator's event loop they would hold up its
+    lease heartbeats and every other user's run."""
+    import threading
+
+    loop_thread = threading.get_ident()
+    threads: set[int] = set()
+    original = RulesPolicy._vector
+
+    def spy(self: RulesPolicy, text: str) -> Any:
+        threads.add(threading.get_ident())
+        return original(self, text)
+
+    monkeypatch.setattr(RulesPolicy, "_vector", spy)
+    await remember(["I always use VS Code for Python."], ["I switched to PyCharm for Python now."])
+    assert threads and loop_thread not in threads

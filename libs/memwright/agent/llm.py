@@ -285,7 +285,8 @@ class LlmPolicy:
                         "invalid",
                     )
                 else:
-                    result, outcome = call_tool(tools, call.name, call.arguments)
+                    # off the event loop: search_similar embeds with the local model (CPU-bound)
+                    result, outcome = await asyncio.to_thread(call_tool, tools, call.name, call.arguments)
                     if outcome == "ok" and call.name not in READ_ONLY:
                         done[_call_key(call)] = result
                 metrics.CURATOR_TOOL_CALLS.labels(call.name if call.name in TOOLS else "unknown", outcome).inc()

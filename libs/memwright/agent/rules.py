@@ -766,13 +766,18 @@ class RulesPolicy:
         self.detector.classify(["warm up"])
 
     async def run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
+        """One run, in a worker thread: the model's work (classifying, embedding memories and
+        hypotheses, the update reader) is CPU-bound and would hold up the curator's event loop
+        (its lease heartbeats and the other users' runs). The tools are this run's own."""
+        return await asyncio.to_thread(self._run, tools, new_messages)
+
+    def _run(self, tools: MemoryTools, new_messages: list[Message]) -> list[str]:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         user = [m for m in new_messages if m.role == "user"]
         split = [sentences(material.own_words(m.text)) for m in user]  # pasted text is not the user speaking
         flat = [s for ss in split for s in ss]
-        # one batch per run, off the event loop: the model is CPU-bound
-        types = iter(await asyncio.to_thread(self.detector.classify, flat) if flat else [])
+        types = iter(self.detector.classify(flat) if flat else [])  # one batch per run
         tools.embedder = self._embedder()
         # conversation -> the role-play it set up, in this window or an earlier one (working memory's
         # transcript keeps them: a role-play goes on over many sweeps)
