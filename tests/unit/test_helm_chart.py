@@ -33,11 +33,12 @@ Obj = dict[str, Any]  # one rendered Kubernetes object
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "helm" / "memwright"
 DASHBOARDS = ROOT / "deploy" / "grafana" / "dashboards"
+ALERT_RULES = ROOT / "deploy" / "prometheus" / "rules" / "memwright.rules.yml"
 SERVICES = ("ingest", "sweeper", "curator", "indexer", "api")
 VALUE_FILES = [None, *sorted(p.name for p in (CHART / "ci").glob("*-values.yaml"))]
 # The chart's kubeVersion floor and the newest schemas kubernetes-validate ships.
 KUBE_VERSIONS = ("1.25.0", "1.37.0")
-CRD_KINDS = {"ServiceMonitor"}  # not in the Kubernetes schemas
+CRD_KINDS = {"ServiceMonitor", "PrometheusRule"}  # not in the Kubernetes schemas
 SECRET_VARS = {
     "MEMWRIGHT_JWT_SECRET",
     "MEMWRIGHT_PG_DSN",
@@ -112,6 +113,11 @@ def test_chart_dashboards_are_identical_copies_of_deploy_grafana() -> None:
     _, mismatch, errors = filecmp.cmpfiles(DASHBOARDS, CHART / "dashboards", names, shallow=False)
     fix = "cp deploy/grafana/dashboards/*.json helm/memwright/dashboards/"
     assert not mismatch and not errors, f"chart copies differ: {mismatch + errors}; run {fix}"
+
+
+def test_chart_alert_rules_are_an_identical_copy_of_deploy_prometheus() -> None:
+    fix = "cp deploy/prometheus/rules/memwright.rules.yml helm/memwright/rules/"
+    assert filecmp.cmp(ALERT_RULES, CHART / "rules" / ALERT_RULES.name, shallow=False), f"run {fix}"
 
 
 @needs_helm
@@ -285,11 +291,12 @@ def test_optional_objects_follow_their_enabled_values(default_objs: list[Obj]) -
     kinds = lambda objs: sorted(o["kind"] for o in objs)  # noqa: E731
     default = kinds(default_objs)
     assert default.count("PodDisruptionBudget") == 5
-    assert "ServiceMonitor" not in default and "NetworkPolicy" not in default
+    assert "ServiceMonitor" not in default and "NetworkPolicy" not in default and "PrometheusRule" not in default
     assert "HorizontalPodAutoscaler" not in default
     production = render("production-values.yaml")
     assert kinds(production).count("NetworkPolicy") == 5
     assert kinds(production).count("ServiceMonitor") == 1
+    assert kinds(production).count("PrometheusRule") == 1
     hpas = {h["spec"]["scaleTargetRef"]["name"] for h in of_kind(production, "HorizontalPodAutoscaler")}
     assert hpas == {"rel-memwright-ingest", "rel-memwright-curator"}
     for svc in ("ingest", "curator"):  # the HPA owns the replica count
@@ -300,12 +307,25 @@ def test_optional_objects_follow_their_enabled_values(default_objs: list[Obj]) -
 
 
 @needs_helm
+def test_the_prometheus_rule_holds_the_alert_rules_as_written() -> None:
+    """Every group and alert of deploy/prometheus/rules, with Prometheus's own {{ $value }}
+    templates left for Prometheus (Helm does not render the file), selectable by its labels."""
+    [rule] = of_kind(render("production-values.yaml"), "PrometheusRule")
+    assert rule["metadata"]["labels"]["release"] == "kube-prometheus-stack"
+    assert rule["spec"] == yaml.safe_load(ALERT_RULES.read_text())
+    annotations = [r["annotations"]["description"] for g in rule["spec"]["groups"] for r in g["rules"]]
+    assert any("{{ $value" in a for a in annotations)
+
+
+@needs_helm
 def test_packaged_chart_contains_the_dashboards(tmp_path: Path) -> None:
     helm("package", str(CHART), "--destination", str(tmp_path))
     (archive,) = tmp_path.glob("memwright-*.tgz")
     with tarfile.open(archive) as tar:
         packaged = {Path(n).name for n in tar.getnames() if "/dashboards/" in n}
+        rules = {Path(n).name for n in tar.getnames() if "/rules/" in n}
     assert packaged == {p.name for p in DASHBOARDS.glob("*.json")}
+    assert rules == {ALERT_RULES.name}
 
 
 @needs_helm
