@@ -886,9 +886,9 @@ async def test_a_change_of_mind_said_in_surprise_updates_the_memory() -> None:
     ],
 )
 def test_a_statement_ending_in_two_question_marks_is_not_a_question(text: str, question: bool) -> None:
-    from memwright.agent import classify, phrasing
+    from memwright.agent import classify, material
 
-    assert phrasing.asks(text) is question and classify.is_question(text) is question
+    assert material.asks(text) is question and classify.is_question(text) is question
 
 
 async def test_a_sentence_far_from_the_memory_that_came_to_an_end_does_not_replace_it() -> None:
@@ -925,3 +925,19 @@ async def test_a_run_does_its_model_work_off_the_event_loop(monkeypatch: pytest.
     monkeypatch.setattr(RulesPolicy, "_vector", spy)
     await remember(["I always use VS Code for Python."], ["I switched to PyCharm for Python now."])
     assert threads and loop_thread not in threads
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "what settings should I use for photographing the night sky with a kit lens",
+        "and how long do I bake it if I make muffins instead of a loaf",
+        "python: what's the cleanest way to read a csv and skip the first 3 rows",
+    ],
+)
+async def test_a_question_typed_without_its_question_mark_is_not_remembered(text: str) -> None:
+    from memwright.agent import material
+
+    assert material.asks(text)
+    memories, _ = await remember([text])
+    assert memories == []

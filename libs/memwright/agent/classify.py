@@ -74,8 +74,9 @@ class Detector(Protocol):
 
 
 def is_question(sentence: str) -> bool:
-    """A question: it ends in "?" (not a statement's surprised "??": "I love them now??"), opens
-    with "¿", or opens as one and is short."""
+    """A question as the head's feature reads it (the weights were trained with it): it ends in "?"
+    (not a statement's surprised "??": "I love them now??"), opens with "¿", or opens as one and is
+    short. The policy asks `material.asks`, which also reads a long one typed without its "?"."""
     s = sentence.strip()
     return material.ends_asking(s) or s.startswith("¿") or bool(_QUESTION_START.match(s) and len(s.split()) <= 12)
 

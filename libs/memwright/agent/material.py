@@ -129,6 +129,24 @@ def ends_asking(text: str) -> bool:
     return s.endswith("?") and not (_SURPRISE.search(s) and not _WH_WORD.search(s))
 
 
+# A question without its "?": a wh-word and an inverted auxiliary ("what settings should I use ...",
+# "how long do I bake it ..."), or an auxiliary and then its subject ("does it work in 3.8"), after an
+# opening "and", "so", "ok" or a topic and a colon ("python: what's the cleanest way ...").
+_ASKING = re.compile(
+    r"^(?:(?:but|and|so|ok|okay|oh|also|then)[\s,]+|[\w.+#-]+(?:\s+[\w.+#-]+){0,2}:\s*)?"
+    r"(?:(?:what|how|why|where|when|which|who)(?:'s|'re|"
+    r"(?:\s+(?!(?:i|you|we|they|he|she)\b)[\w'-]+){0,2}\s+(?:is|are|was|were|do|does|did|can|could|should|would|"
+    r"will)\b|\s+(?:to|much|many|long|far|about|often)\b)|(?:can|could|would|will|should|do|does|did|is|are)\s+"
+    r"(?:you|i|we|it|they|he|she|there)\b)",
+    re.I,
+)
+
+
+def asks(text: str) -> bool:
+    """Whether a clause or sentence is a question, with its "?" (`ends_asking`) or without it."""
+    return ends_asking(text) or bool(_ASKING.match(text.strip()))
+
+
 def is_request(sentence: str) -> bool:
     """Whether a sentence asks the assistant for something: a question, or an opening verb of
     request ("List five pros and cons ...", "Can you give me ..."), not a manner of writing ("Write

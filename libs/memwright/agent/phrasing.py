@@ -77,28 +77,14 @@ def shorten(sentence: str, score: Callable[[list[str]], list[float]] | None = No
 # "how do", "when is") or a verb with its subject ("can you", "is it"); not a statement that only
 # starts with such a word ("what I need is ...", "which rules out ...", "can't take calls", "was on
 # iPhone for years")
-_ASKING = re.compile(
-    r"^(?:but\s+|and\s+|so\s+)?(?:(?:what|how|why|where|when|which|who)(?:'s|'re|"
-    r"(?:\s+(?!(?:i|you|we|they|he|she)\b)[\w'-]+){0,2}\s+(?:is|are|was|were|do|does|did|can|could|should|would|"
-    r"will)\b|\s+(?:to|much|many|long|far|about|often)\b)|(?:can|could|would|will|should|do|does|did|is|are)\s+"
-    r"(?:you|i|we|it|they|he|she|there)\b)",
-    re.I,
-)
-
-
 _TRAILING_JOINER = re.compile(r"[\s,;:-]*(?:\b(?:but|so|and)\b)?[\s,;:-]*$", re.I)
-
-
-def asks(clause: str) -> bool:
-    """Whether a clause or sentence is a question (with or without its "?")."""
-    return material.ends_asking(clause) or bool(_ASKING.match(clause.strip()))
 
 
 def without_question(sentence: str) -> str:
     """The sentence without the question it ends in, when the rest says something ("I'm on neovim,
     which plugin manager is best?" -> "I'm on neovim")."""
     parts = [p for c in rules.clauses(sentence) for p in clause_pieces(c)]
-    if len(parts) < 2 or not asks(parts[-1]):
+    if len(parts) < 2 or not material.asks(parts[-1]):
         return sentence
     said = _TRAILING_JOINER.sub("", sentence[: sentence.rfind(parts[-1])])
     return said if rules.content_words(rules.strip_lead_in(said)) else sentence

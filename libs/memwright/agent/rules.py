@@ -947,10 +947,14 @@ class RulesPolicy:
         # at most weak (the same request in another conversation graduates)
         # ... and so is one tied to the task at hand ("for this email", "tonight") unless it says a habit
         # ... and so is one that opens as a request in the first person ("I would like to know how ...")
+        # ... and a question, "?" or not ("what settings should I use for the night sky"): a question
         fresh = [
             i
             for i in fresh
-            if not _about_the_request(said, i) and not _task_bound(bodies[i]) and not REQUEST_FRAME.match(bodies[i])
+            if not _about_the_request(said, i)
+            and not _task_bound(bodies[i])
+            and not REQUEST_FRAME.match(bodies[i])
+            and not material.asks(bodies[i])
         ]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
@@ -1702,7 +1706,7 @@ def _may_change(sentence: str) -> bool:
     body = strip_lead_in(sentence)
     if UNSURE.search(body) or HEDGED.search(body) or _about_someone_else(body):
         return False
-    if phrasing.asks(body) or material.asks_for_something(body):
+    if material.asks(body) or material.asks_for_something(body):
         return False
     return not any(material.is_request(c) for c in phrasing.clause_pieces(body)[1:])
 
@@ -1728,7 +1732,7 @@ def _says_stopped(text: str) -> bool:
 
 def _asks_at_the_end(body: str) -> bool:
     """Whether the last sentence of `body` (a sentence, perhaps with the one it leans on) asks."""
-    return phrasing.asks((sentences(body) or [body])[-1])
+    return material.asks((sentences(body) or [body])[-1])
 
 
 def _update_threshold(changing: int, said: str, sentence: str) -> float:
