@@ -941,3 +941,15 @@ async def test_a_question_typed_without_its_question_mark_is_not_remembered(text
     assert material.asks(text)
     memories, _ = await remember([text])
     assert memories == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "Movie night with my friend Dana on Friday. She can't stand horror or anything gory. Ideas?",
+        "Quick one-off script: it has to run on an old box that only has Python 2.7, so no f-strings.",
+    ],
+)
+async def test_a_friends_taste_or_a_one_off_constraint_is_not_remembered(text: str) -> None:
+    memories, _ = await remember([text])
+    assert memories == []

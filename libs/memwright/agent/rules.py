@@ -309,7 +309,7 @@ _SCOPED = re.compile(
     r"function|answer|reply|response|question|list|script|post|essay|letter|paragraph|section|query|"
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
-    r"|\btomorrow\b|\btmrw?\b|\bthis (?:week|weekend)\b|\bnext week\b"
+    r"|\btomorrow\b|\btmrw?\b|\bthis (?:week|weekend)\b|\bnext week\b|\bone-?off\b|\b(?:just )?this once\b"
     r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
@@ -955,6 +955,7 @@ class RulesPolicy:
             and not _task_bound(bodies[i])
             and not REQUEST_FRAME.match(bodies[i])
             and not material.asks(bodies[i])
+            and not _someone_elses(bodies[i])
         ]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
@@ -1723,6 +1724,15 @@ def _about_someone_else(body: str) -> bool:
     """Whether `body` is someone else's news, without the user in it (`_USER_IN_IT`)."""
     other = SOMEONE_ELSE.match(body)
     return other is not None and _USER_IN_IT.search(body, other.end()) is None
+
+
+_HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
+
+
+def _someone_elses(body: str) -> bool:
+    """Whether `body` opens with he or she and the user is not in it ("She can't stand horror." of a
+    friend the message named): never a standing preference of the user."""
+    return _HE_OR_SHE.match(body) is not None and _about_someone_else(body)
 
 
 def _says_stopped(text: str) -> bool:
