@@ -676,7 +676,7 @@ def test_a_sentence_is_remembered_at_once_only_when_its_task_reading_does_not_ou
 ) -> None:
     probs = {"standing": standing, "task": task, "weak": 1 - standing - task}
     kind = SentenceType(max(probs, key=lambda k: probs[k]), probs, vector=(1.0, 0.0))
-    assert RulesPolicy._roles(["that's a lovely way to put it"], [kind]) == [role]
+    assert RulesPolicy._roles(["I really love the way you put that"], [kind]) == [role]
 
 
 async def test_pls_after_an_aside_opener_still_reads_as_a_standing_request() -> None:
@@ -953,3 +953,20 @@ async def test_a_question_typed_without_its_question_mark_is_not_remembered(text
 async def test_a_friends_taste_or_a_one_off_constraint_is_not_remembered(text: str) -> None:
     memories, _ = await remember([text])
     assert memories == []
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "cheap high-protein meals for a week, like under 40 dollars total",
+        "The Coltrane cycle over the D major part of the bridge is interesting.",
+    ],
+)
+async def test_a_sentence_that_speaks_neither_of_the_user_nor_to_the_assistant_is_not_a_preference(text: str) -> None:
+    memories, _ = await remember([text])
+    assert memories == []
+
+
+async def test_a_terse_rule_is_still_a_preference() -> None:
+    memories, _ = await remember(["Bullet points, not paragraphs, for summaries."])
+    assert [m.text for m in memories] and "bullet points" in memories[0].text.lower()

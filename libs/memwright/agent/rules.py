@@ -956,6 +956,7 @@ class RulesPolicy:
             and not REQUEST_FRAME.match(bodies[i])
             and not material.asks(bodies[i])
             and not _someone_elses(bodies[i])
+            and _addressed(bodies[i])
         ]
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None:
@@ -1724,6 +1725,28 @@ def _about_someone_else(body: str) -> bool:
     """Whether `body` is someone else's news, without the user in it (`_USER_IN_IT`)."""
     other = SOMEONE_ELSE.match(body)
     return other is not None and _USER_IN_IT.search(body, other.end()) is None
+
+
+# the assistant, or what it writes ("longer answers are fine now")
+_YOU = re.compile(r"\b(?:you|your|you're|yours|u|answers?|repl(?:y|ies)|responses?)\b", re.I)
+_RULE_WORD = re.compile(r"\b(?:no|not|never|only|without|instead|nothing|please|pls)\b|^(?:don't|do not|dont)\b", re.I)
+ADDRESSED_WORDS = 6  # a sentence this short may be a terse rule ("Metric units.", "Tables, not prose.")
+
+
+def _addressed(body: str) -> bool:
+    """Whether an English sentence speaks of the user or to the assistant, as a standing preference
+    does: first or second person, an instruction, a rule's words (no, only, instead, please), or a
+    terse few words. A remark about the world ("The Coltrane cycle over the bridge is interesting.")
+    or a request typed as a noun phrase ("cheap high-protein meals for a week, like under 40 dollars")
+    is not one, whatever the head reads in it. Another language passes: these cues are English."""
+    if not phrasing.is_english(body) or len(body.split()) <= ADDRESSED_WORDS:
+        return True
+    return bool(
+        FIRST_PERSON.search(body)
+        or _YOU.search(body)
+        or _RULE_WORD.search(body)
+        or material.opens_with_request_verb(body)
+    )
 
 
 _HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
