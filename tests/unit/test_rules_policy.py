@@ -970,3 +970,20 @@ async def test_a_sentence_that_speaks_neither_of_the_user_nor_to_the_assistant_i
 async def test_a_terse_rule_is_still_a_preference() -> None:
     memories, _ = await remember(["Bullet points, not paragraphs, for summaries."])
     assert [m.text for m in memories] and "bullet points" in memories[0].text.lower()
+
+
+async def test_a_rule_and_its_reason_in_two_sentences_make_one_memory_with_both() -> None:
+    memories, _ = await remember(["Temperatures in Celsius please, for everything. Fahrenheit means nothing to me."])
+    [m] = memories
+    assert "celsius" in m.text.lower() and "fahrenheit" in m.text.lower()
+
+
+def test_a_sentence_beside_the_standing_one_is_joined_only_while_short() -> None:
+    probs = {"standing": 0.6, "task": 0.3, "weak": 0.1}
+    kind = SentenceType("standing", probs, vector=(1.0, 0.0))
+    short = ["Metric units please.", "Ounces mean nothing to me."]
+    said, _, roles = rules._joined(short, [kind, kind], RulesPolicy._roles(short, [kind, kind]))
+    assert said == ["Metric units please. Ounces mean nothing to me."] and roles == ["standing"]
+    long = ["Metric units please.", "Ounces mean nothing to me " + "and so on " * 15 + "really."]
+    said, _, roles = rules._joined(long, [kind, kind], RulesPolicy._roles(long, [kind, kind]))
+    assert said == long and roles.count("standing") == 1

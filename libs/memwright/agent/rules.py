@@ -85,6 +85,7 @@ SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instea
 CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.toml `change`)
 REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
 REPLACE_FLOOR = 0.3  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
+BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
 # ---- words -------------------------------------------------------------------------------
@@ -808,7 +809,8 @@ class RulesPolicy:
                 # preferences, even in its other sentences (a secret only costs its own sentence)
                 results.append(f"Nothing remembered from {msg.message_id}: {verdict.reason}")
                 continue
-            roles = self._with_buried_change(tools, said, kinds, self._roles(said, kinds))
+            said, kinds, roles = _joined(said, kinds, self._roles(said, kinds))
+            roles = self._with_buried_change(tools, said, kinds, roles)
             around = _Message(said, _ended_memory(tools, said))
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
             for i, sentence in enumerate(said):
@@ -931,8 +933,9 @@ class RulesPolicy:
     @staticmethod
     def _roles(said: list[str], kinds: list[SentenceType]) -> list[str | None]:
         """Which sentence of a message the trained detector speaks for: at most one `standing`
-        (the likeliest, and only when no pattern read an explicit preference in the message), else
-        at most one `weak`. A message counts if any of its sentences does; one memory per message."""
+        (the likeliest, and only when no pattern read an explicit preference in the message), with
+        the sentences next to it that read as standing too `beside` it (`_joined`), else at most one
+        `weak`. A message counts if any of its sentences does; one memory per message."""
         roles: list[str | None] = [None] * len(said)
         if not kinds or kinds[0].vector is None or any(k.label == "meta" for k in kinds):
             return roles
@@ -958,12 +961,17 @@ class RulesPolicy:
             and not _someone_elses(bodies[i])
             and _addressed(bodies[i])
         ]
+
+        def reads_standing(i: int) -> bool:
+            return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + TASK_MARGIN >= kinds[i].p("task")
+
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
-        if standing is not None:
-            k = kinds[standing]
-            if k.p("standing") >= STANDING_AT and k.p("standing") + TASK_MARGIN >= k.p("task"):
-                roles[standing] = "standing"
-                return roles
+        if standing is not None and reads_standing(standing):
+            roles[standing] = "standing"
+            for j in (standing - 1, standing + 1):  # a rule and its reason, said as two sentences
+                if j in fresh and reads_standing(j) and len(words(said[standing] + " " + said[j])) <= BESIDE_WORDS:
+                    roles[j] = "beside"
+            return roles
         mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
         if not mine:
             return roles
@@ -1798,6 +1806,25 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 
 
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
+
+
+def _joined(
+    said: list[str], kinds: list[SentenceType], roles: list[str | None]
+) -> tuple[list[str], list[SentenceType], list[str | None]]:
+    """The message's sentences with the standing one joined to those `beside` it, in order, as one
+    sentence that keeps its kind: "Metric units please, for everything. Ounces and pounds mean
+    nothing to me." is one preference, its rule and its reason."""
+    if "beside" not in roles:
+        return said, kinds, roles
+    main = roles.index("standing")
+    span = [i for i, r in enumerate(roles) if r in ("standing", "beside")]
+    lo, hi = span[0], span[-1]
+    joined = " ".join(said[lo : hi + 1])
+    return (
+        [*said[:lo], joined, *said[hi + 1 :]],
+        [*kinds[:lo], kinds[main], *kinds[hi + 1 :]],
+        [*roles[:lo], "standing", *roles[hi + 1 :]],
+    )
 
 
 def _with_context(body: str, previous: str | None) -> str:
