@@ -987,3 +987,9 @@ def test_a_sentence_beside_the_standing_one_is_joined_only_while_short() -> None
     long = ["Metric units please.", "Ounces mean nothing to me " + "and so on " * 15 + "really."]
     said, _, roles = rules._joined(long, [kind, kind], RulesPolicy._roles(long, [kind, kind]))
     assert said == long and roles.count("standing") == 1
+
+
+def test_a_rule_that_says_it_goes_beyond_the_task_at_hand_is_not_scoped() -> None:
+    assert rules.scoped("no exclamation marks in this draft")
+    assert not rules.scoped("no exclamation marks, in everything not just this draft")
+    assert rules.explicit_preference("pls stop with the exclamation marks, in everything not just this") is not None

@@ -332,8 +332,14 @@ _THE_ONE_WHO = re.compile(
 )
 
 
+# "in everything, not just this one": the task at hand named only to say the rule goes beyond it
+_NOT_JUST = re.compile(r"\bnot (?:just|only) (?:for |in )?(?:this|that|the|these|those)(?: \w+)?\b", re.I)
+
+
 def scoped(sentence: str) -> bool:
     """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
+    if _NOT_JUST.search(sentence):
+        return False
     return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not _STANDING.search(sentence)
 
 
