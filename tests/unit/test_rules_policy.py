@@ -993,3 +993,21 @@ def test_a_rule_that_says_it_goes_beyond_the_task_at_hand_is_not_scoped() -> Non
     assert rules.scoped("no exclamation marks in this draft")
     assert not rules.scoped("no exclamation marks, in everything not just this draft")
     assert rules.explicit_preference("pls stop with the exclamation marks, in everything not just this") is not None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "quick pls, I'm squeezing this in between two meetings, does read_csv skiprows also skip the header",
+        "whats the best time to plant garlic in zone 5, short answer, I'm on my phone",
+        "I need a script that renames my holiday photos by the date they were taken",
+    ],
+)
+async def test_a_disclosure_beside_a_question_or_a_request_for_something_is_not_remembered_at_once(text: str) -> None:
+    memories, _ = await remember([text])
+    assert memories == []
+
+
+async def test_a_relative_clause_is_no_question() -> None:
+    memories, _ = await remember(["I'm left-handed, which matters for the tool recommendations I ask you about."])
+    assert [m.text for m in memories] and "left-handed" in memories[0].text

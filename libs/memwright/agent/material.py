@@ -134,7 +134,7 @@ def ends_asking(text: str) -> bool:
 # opening "and", "so", "ok" or a topic and a colon ("python: what's the cleanest way ...").
 _ASKING = re.compile(
     r"^(?:(?:but|and|so|ok|okay|oh|also|then)[\s,]+|[\w.+#-]+(?:\s+[\w.+#-]+){0,2}:\s*)?"
-    r"(?:(?:what|how|why|where|when|which|who)(?:'s|'re|"
+    r"(?:(?:whats|hows|wheres|whos)\b|(?:what|how|why|where|when|which|who)(?:'s|'re|"
     r"(?:\s+(?!(?:i|you|we|they|he|she)\b)[\w'-]+){0,2}\s+(?:is|are|was|were|do|does|did|can|could|should|would|"
     r"will)\b|\s+(?:to|much|many|long|far|about|often)\b)|(?:can|could|would|will|should|do|does|did|is|are)\s+"
     r"(?:you|i|we|it|they|he|she|there)\b)",

@@ -963,7 +963,7 @@ class RulesPolicy:
             if not _about_the_request(said, i)
             and not _task_bound(bodies[i])
             and not REQUEST_FRAME.match(bodies[i])
-            and not material.asks(bodies[i])
+            and not _holds_a_question(bodies[i])
             and not _someone_elses(bodies[i])
             and _addressed(bodies[i])
         ]
@@ -1761,6 +1761,19 @@ def _addressed(body: str) -> bool:
         or _RULE_WORD.search(body)
         or material.opens_with_request_verb(body)
     )
+
+
+def _holds_a_question(body: str) -> bool:
+    """Whether a sentence asks, "?" or not, or has a clause that does: a disclosure beside a question
+    ("quick pls, I'm between patients at the clinic, does skiprows skip the header") is about the
+    question, a weak signal at most."""
+    clauses = phrasing.clause_pieces(body)
+    return material.asks(body) or any(material.asks(c) or _AUX_FIRST.match(c) for c in clauses)
+
+
+# a clause that opens with an auxiliary asks ("does skiprows skip the header"); one with a relative
+# "which" or "where" need not ("I'm left-handed, which matters for the tools I ask about")
+_AUX_FIRST = re.compile(r"^(?:do|does|did|is|are|can|could|should|would|will)\s+(?!not\b|n't\b)\w+", re.I)
 
 
 _HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
