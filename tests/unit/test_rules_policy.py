@@ -504,6 +504,28 @@ def test_a_graduation_that_supersedes_the_held_value_is_remembered_as_a_change(m
     assert seen and seen[0][1] == rules.CHANGED, seen
 
 
+def test_a_graduation_whose_change_is_in_another_sentence_keeps_that_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sentence read as the repeat may not name the new value; the one that says it changed does."""
+    seen: list[tuple[str, int, list[str]]] = []
+
+    def spy(self: RulesPolicy, tools: Any, text: str, evidence: list[str], changing: int = 0, said: str = "") -> Any:
+        seen.append((text, changing, evidence))
+        return rules._Outcome("Refused: spied", False)
+
+    monkeypatch.setattr(RulesPolicy, "_remember", spy)
+    held = Hypothesis("h", "User is learning Italian", 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
+    text = "I dropped that and started Greek instead. The songs from my grandmother's village got me hooked."
+    msg = tools_module.Message("m3", "c2", text, "user", T0, 3)
+    tools = SimpleNamespace(shown={"m1": msg}, working=WorkingMemory())
+    body = "The songs from my grandmother's village got me hooked."
+    RulesPolicy()._graduate(
+        tools, msg, body, "The songs from their grandmother's village got them hooked.", (0.5, held), {}
+    )  # type: ignore[arg-type]
+    [(remembered, changing, evidence)] = seen
+    assert "Greek" in remembered and "Italian" not in remembered
+    assert changing == rules.CHANGED and evidence == ["m3"]
+
+
 async def test_a_change_supersedes_the_held_hypothesis_of_the_same_exclusive_topic() -> None:
     memories, working = await remember(
         ["Send me all reminders about my running plan in km.", "how far should I run this week"],

@@ -1221,9 +1221,16 @@ class RulesPolicy:
         merged = _join(h.statement, text)
         why = f"said again by meaning in {msg.conversation_id}"
         changing = 0
-        # "at uni studying law" held, then "finished my degree, doing the LPC now"
-        if _is_standing_change(body) and not _asks_at_the_end(body):
+        # "at uni studying law" held, then "finished my degree, doing the LPC now"; the change may be
+        # in another sentence of the message ("I dropped that and started Korean instead. Got hooked
+        # on dramas."): then that sentence comes with it
+        said = [strip_lead_in(s) for s in sentences(msg.text)]
+        change = [s for s in said if s != strip_lead_in(body) and _is_standing_change(s)]
+        if (_is_standing_change(body) or change) and not _asks_at_the_end(body):
             changing = CHANGED
+            if change:
+                ordered = [s for s in said if s in change or s == strip_lead_in(body)] or [*change, body]
+                text = phrasing.memory_text(" ".join(ordered), self._clause_score)
             merged, evidence = phrasing.without_old(text, h.statement), [msg.message_id]
             why = f"superseded by what the user said in {msg.message_id}"
         elif best[0] >= 0.9 or len(merged) > MAX_MEMORY_CHARS // 2 or _only_asks(h.statement, body):
