@@ -1033,3 +1033,26 @@ async def test_a_disclosure_beside_a_question_or_a_request_for_something_is_not_
 async def test_a_relative_clause_is_no_question() -> None:
     memories, _ = await remember(["I'm left-handed, which matters for the tool recommendations I ask you about."])
     assert [m.text for m in memories] and "left-handed" in memories[0].text
+
+
+@pytest.mark.parametrize(
+    ("said", "memory_text"),
+    [
+        ("iOS steps from now on", "iOS steps from now on."),
+        ("eBay links only", "eBay links only."),
+        ("metric units", "Metric units."),
+    ],
+)
+def test_a_memory_keeps_the_case_of_a_name_it_opens_with(said: str, memory_text: str) -> None:
+    from memwright.agent.rules import as_memory
+
+    assert as_memory(said) == memory_text
+
+
+async def test_a_new_name_to_be_called_by_replaces_the_old_one() -> None:
+    memories, _ = await remember(
+        ["Please address me as Margaret, not Maggie. Thanks.", "I need a polite email declining a meeting."],
+        ["Honestly you can drop the formality, call me Peggy. That's what my friends use."],
+    )
+    texts = " ".join(m.text for m in memories)
+    assert "Peggy" in texts and "Margaret" not in texts

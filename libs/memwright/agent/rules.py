@@ -223,7 +223,8 @@ def as_memory(clause: str) -> str:
     head = re.match(r"^(i'm|im|i am|i've|ive|i have|i'd|i would|i)\b\s*", s, re.I)
     if not head:  # an instruction ("Always answer in metric units") or "User's name is ..."
         s = _they(s)
-        s = s[:1].upper() + s[1:]
+        if not re.match(r"^[a-z]+[A-Z]", s):  # "iOS steps from now on" keeps its "iOS"
+            s = s[:1].upper() + s[1:]
     else:
         rest = _they(s[head.end() :])
         h = head.group(1).lower()
@@ -601,6 +602,18 @@ def relation_of(text: str) -> tuple[str, str] | None:
             if best is None or len(prefix) > len(_RELATION_TEXT[best[0]].split("{")[0]):
                 best = (relation, text[len(prefix) :].rstrip("."))
     return best
+
+
+_NAME = re.compile(
+    r"\b(?i:call (?:me|them)|address (?:me|them) as|(?:my|their|user's) name is|(?:i go|they go|user goes) by)"
+    r"\s+(?P<name>[A-Z][\w'-]+)"
+)
+
+
+def name_in(text: str) -> str | None:
+    """The name a text says to call the user by ("call me Bobby", "Address them as Robert"), if any."""
+    m = _NAME.search(text)
+    return m.group("name") if m else None
 
 
 # Changes, corrections and requests to forget.
@@ -1403,6 +1416,14 @@ class RulesPolicy:
 
     @staticmethod
     def _single_valued_conflict(tools: MemoryTools, text: str) -> Memory | None:
+        """The agent memory that holds another value of what `text` holds one of: where the user
+        lives or works (`SINGLE_VALUED`), or the name to call them by."""
+        name = name_in(text)
+        if name is not None:
+            for m in tools.agent_memories():
+                other = name_in(m.text)
+                if other is not None and other.lower() != name.lower():
+                    return m
         parsed = relation_of(text)
         if parsed is None or parsed[0] not in SINGLE_VALUED:
             return None
