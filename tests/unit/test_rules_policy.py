@@ -1056,3 +1056,13 @@ async def test_a_new_name_to_be_called_by_replaces_the_old_one() -> None:
     )
     texts = " ".join(m.text for m in memories)
     assert "Peggy" in texts and "Margaret" not in texts
+
+
+async def test_what_is_held_about_an_old_value_goes_when_the_memory_changes() -> None:
+    memories, working = await remember(
+        ["I'm an Android guy, Pixel 8. Please give me Android instructions whenever I ask about phone stuff."],
+        ["ok I caved and bought an iPhone 15. So iOS steps from now on."],
+        ["How do I move my photos over from the old phone?"],
+    )
+    assert memories and not any("android" in m.text.lower() for m in memories)
+    assert not any("android" in h.statement.lower() for h in working.hypotheses)

@@ -1537,7 +1537,10 @@ class RulesPolicy:
             conflict = self._meaning_conflict(tools, text, changing, said)
         if conflict is not None:
             text = phrasing.without_old(text, conflict.text)
+            before = (conflict.memory_id, conflict.text, list(conflict.evidence))
             result = tools.update_memory(conflict.memory_id, text, evidence, "the user changed this preference")
+            if not result.startswith("Refused"):
+                _drop_held_old_value(tools, before, text)
             return _Outcome(result, not result.startswith("Refused"), conflict.memory_id)
         result = tools.create_memory(text, evidence)
         if not result.startswith("Refused"):
@@ -1711,6 +1714,18 @@ def _relatedness(a: str, b: str) -> float:
 def _alternatives(old: str, new: str, shared: set[str]) -> bool:
     """`new` names a different value than `old` in one of the shared topics."""
     return any(set(category_words(old, c)) != set(category_words(new, c)) for c in shared)
+
+
+def _drop_held_old_value(tools: MemoryTools, old: tuple[str, str, list[str]], new_text: str) -> None:
+    """After a memory (`old`: its id, text and evidence before) changed to `new_text`: drop what is
+    held from its messages alone about what it held ("User is an Android guy", beside "Give them
+    Android instructions", once that became "iOS steps from now on"), so that a later message cannot
+    graduate the old value again. The words of the old value: those of the old text the new one lacks."""
+    memory_id, old_text, old_evidence = old
+    gone = {_stem(w) for w in content_words(old_text) - content_words(new_text)}
+    for h in list(tools.working.hypotheses):
+        if set(h.message_ids) <= set(old_evidence) and gone & {_stem(w) for w in content_words(h.statement)}:
+            tools.drop_hypothesis(h.id, f"what {memory_id} held changed")
 
 
 def _created_id(result: str) -> str | None:
