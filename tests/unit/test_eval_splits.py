@@ -107,9 +107,13 @@ def test_the_phrasing_is_varied_not_templated(splits: dict[str, list[UserCase]])
     assert len(set(user_texts)) >= 0.97 * len(user_texts)
 
 
+PROBES = ("chat", "updates", "explicit", "repeats", "updates2")  # written apart from the three splits
+
+
 def test_key_words_come_from_the_users_own_messages(splits: dict[str, list[UserCase]]) -> None:
     # a memory in the user's terms can pass: some must_contain_any stem is in the cited messages
-    for case in (c for part in splits.values() for c in part):
+    probes = [c for name in PROBES for c in load(split_path(name))]
+    for case in [*(c for part in splits.values() for c in part), *probes]:
         text = {m.message_id: m.text.lower() for conv in case.conversations for m in conv.messages}
         for r in case.remember:
             cited = " ".join(text[m] for m in r.evidence_any)
@@ -244,7 +248,8 @@ def test_sets_that_share_a_user_or_an_unknown_gate_are_refused(
         runner.load_sets(["shipped"], [copy])
     assert runner.main(["--offline", "--split", "dev", "--gate", "test"]) == 2
     assert "--gate test names no set" in capsys.readouterr().err
-    assert set(SPLITS) == {"shipped", "chat", "updates", *NEW_SPLITS}
+    assert set(SPLITS) == {"shipped", *PROBES, *NEW_SPLITS}
+    runner.load_sets(list(SPLITS), [])  # no user id in two sets
 
 
 def test_a_remembered_preference_that_repeats_the_secret_beside_it_does_not_match() -> None:

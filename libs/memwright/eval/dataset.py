@@ -30,6 +30,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # "chat": one-message users in the style of public chat logs (one-offs, and preferences stated inside
 # requests), written by hand for the probe in docs/quality.md. "updates": users who change a
 # preference or fact in a later conversation, written for the sixth round without sight of the splits.
+# "explicit", "repeats", "updates2": written for the seventh round by helpers that saw neither the
+# project nor each other's sets (explicit and one-off; repeated and single weak; update and poisoning).
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -37,6 +39,9 @@ SPLITS = {
     "test": "test.jsonl",
     "chat": "chat_probe.jsonl",
     "updates": "update_probe.jsonl",
+    "explicit": "explicit_probe.jsonl",
+    "repeats": "repeat_probe.jsonl",
+    "updates2": "update_probe2.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
