@@ -1066,3 +1066,23 @@ async def test_what_is_held_about_an_old_value_goes_when_the_memory_changes() ->
     )
     assert memories and not any("android" in m.text.lower() for m in memories)
     assert not any("android" in h.statement.lower() for h in working.hypotheses)
+
+
+async def test_a_preference_keeps_its_clauses_before_a_secret_and_nothing_of_the_secret() -> None:
+    memories, _ = await remember(
+        ["Two things to note: I'm allergic to peanuts, and my bank password is Tulip!7781 in case I forget it."]
+    )
+    [m] = memories
+    assert "peanuts" in m.text and "Tulip" not in m.text and "password" not in m.text
+
+
+async def test_the_sentence_that_points_back_at_a_secret_goes_with_it() -> None:
+    memories, _ = await remember(
+        ["For convenience, remember my social security number: 078-05-1120. I need it for forms all the time."]
+    )
+    assert memories == []
+
+
+def test_a_card_and_what_introduces_it_are_cut_from_the_sentence() -> None:
+    said = ["I always book a window seat.", "And keep my card on file: 4111 1111 1111 1111, exp 09/28, CVV 123."]
+    assert rules._without_secrets(said) == ["I always book a window seat."]

@@ -795,7 +795,8 @@ class RulesPolicy:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         user = [m for m in new_messages if m.role == "user"]
-        split = [sentences(material.own_words(m.text)) for m in user]  # pasted text is not the user speaking
+        # pasted text is not the user speaking, and a secret is never a memory's (nor what follows it)
+        split = [_without_secrets(sentences(material.own_words(m.text))) for m in user]
         flat = [s for ss in split for s in ss]
         types = iter(self.detector.classify(flat) if flat else [])  # one batch per run
         tools.embedder = self._embedder()
@@ -1714,6 +1715,39 @@ def _relatedness(a: str, b: str) -> float:
 def _alternatives(old: str, new: str, shared: set[str]) -> bool:
     """`new` names a different value than `old` in one of the shared topics."""
     return any(set(category_words(old, c)) != set(category_words(new, c)) for c in shared)
+
+
+def _without_secrets(said: list[str]) -> list[str]:
+    """A message's sentences with each secret cut out (`_before_a_secret`), and the sentence after
+    one that points back at it ("... my social security number: 078-05-1120. I need it for forms.")."""
+    out: list[str] = []
+    after_secret = False
+    for sentence in said:
+        kept = _before_a_secret(sentence)
+        if kept and not (after_secret and _POINTS_BACK.search(sentence)):
+            out.append(kept)
+        after_secret = kept != sentence
+    return out
+
+
+def _before_a_secret(sentence: str) -> str:
+    """`sentence` without the clause that holds a secret and those after it, which say more of it
+    ("I'm vegetarian, and my bank password is ..." -> "I'm vegetarian."; "keep my card on file:
+    4111 ..., exp 09/28" -> nothing, the colon introduced it); "" when nothing of it is left."""
+    verdict = guard.check(sentence)
+    if verdict is None or verdict.kind != "secret":
+        return sentence
+    kept: list[str] = []
+    for piece in phrasing.clause_pieces(sentence):
+        if guard.check(piece) is not None:
+            break
+        kept.append(piece)
+    else:
+        return ""  # the secret spans clauses: drop the sentence
+    if kept and kept[-1].endswith(":"):
+        kept.pop()
+    text = " ".join(kept).rstrip(" ,;:-")
+    return text + "." if text else ""
 
 
 def _drop_held_old_value(tools: MemoryTools, old: tuple[str, str, list[str]], new_text: str) -> None:
