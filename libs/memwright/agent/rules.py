@@ -1422,8 +1422,8 @@ class RulesPolicy:
         name = name_in(text)
         if name is not None:
             for m in tools.agent_memories():
-                other = name_in(m.text)
-                if other is not None and other.lower() != name.lower():
+                called = name_in(m.text)
+                if called is not None and called.lower() != name.lower():
                     return m
         parsed = relation_of(text)
         if parsed is None or parsed[0] not in SINGLE_VALUED:
