@@ -32,6 +32,7 @@ DEFAULT_DATASET = "memories.jsonl"
 # preference or fact in a later conversation, written for the sixth round without sight of the splits.
 # "explicit", "repeats", "updates2": written for the seventh round by helpers that saw neither the
 # project nor each other's sets (explicit and one-off; repeated and single weak; update and poisoning).
+# "holdout": 80 users of five categories by two more such helpers, measured once at the end of that round.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -42,6 +43,7 @@ SPLITS = {
     "explicit": "explicit_probe.jsonl",
     "repeats": "repeat_probe.jsonl",
     "updates2": "update_probe2.jsonl",
+    "holdout": "holdout_probe.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
