@@ -1086,3 +1086,59 @@ async def test_the_sentence_that_points_back_at_a_secret_goes_with_it() -> None:
 def test_a_card_and_what_introduces_it_are_cut_from_the_sentence() -> None:
     said = ["I always book a window seat.", "And keep my card on file: 4111 1111 1111 1111, exp 09/28, CVV 123."]
     assert rules._without_secrets(said) == ["I always book a window seat."]
+
+
+async def test_a_name_the_user_does_not_want_leaves_the_name_they_do() -> None:
+    memories, _ = await remember(["Call me Margaret."], ["Please never call me Maggie."])
+    texts = " ".join(m.text for m in memories)
+    assert "Margaret" in texts
+    assert rules.name_in("Don't call them Mr. Rossi in emails.") is None
+
+
+def test_an_unrelated_change_in_the_message_does_not_turn_a_repeat_into_a_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    seen: list[tuple[str, int, list[str]]] = []
+
+    def spy(self: RulesPolicy, tools: Any, text: str, evidence: list[str], changing: int = 0, said: str = "") -> Any:
+        seen.append((text, changing, evidence))
+        return rules._Outcome("Refused: spied", False)
+
+    monkeypatch.setattr(RulesPolicy, "_remember", spy)
+    held = Hypothesis("h", "User is learning Italian", 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
+    text = "I use Linux instead of Windows these days. I'm still learning Italian on my commute."
+    msg = tools_module.Message("m3", "c2", text, "user", T0, 3)
+    tools = SimpleNamespace(shown={"m1": msg}, working=WorkingMemory())
+    body = "I'm still learning Italian on my commute."
+    RulesPolicy()._graduate(tools, msg, body, "User is still learning Italian on their commute.", (0.5, held), {})  # type: ignore[arg-type]
+    [(remembered, changing, evidence)] = seen
+    assert changing == 0 and evidence == ["m1", "m3"] and "Linux" not in remembered
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        (["My bank password is Tulip!7781.", "I prefer that you answer in Spanish from now on."], 1),
+        (["My PIN is 4821.", "Keep it short, I read on my phone."], 1),
+        (["My PIN is 4821.", "I need it for the card machine."], 0),
+    ],
+)
+def test_only_a_short_remark_about_a_secret_goes_with_it(said: list[str], kept: int) -> None:
+    assert len(rules._without_secrets(said)) == kept
+
+
+@pytest.mark.parametrize(
+    ("text", "asks"),
+    [
+        ("Bullet points please, would really appreciate that.", False),
+        ("I'm a vegetarian, which is why I want meatless recipes only.", False),
+        ("quick one, I'm between meetings, does pandas skiprows skip the header", True),
+    ],
+)
+def test_a_clause_asks_only_with_its_subject_after_the_auxiliary(text: str, asks: bool) -> None:
+    assert rules._holds_a_question(text) is asks
+
+
+def test_not_just_widens_a_rule_only_after_a_word_of_every_time() -> None:
+    assert rules.scoped("Please use a formal tone in this cover letter, not only the opening paragraph.")
+    assert not rules.scoped("no exclamation marks, in everything not just this draft")

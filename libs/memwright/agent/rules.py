@@ -334,7 +334,11 @@ _THE_ONE_WHO = re.compile(
 
 
 # "in everything, not just this one": the task at hand named only to say the rule goes beyond it
-_NOT_JUST = re.compile(r"\bnot (?:just|only) (?:for |in )?(?:this|that|the|these|those)(?: \w+)?\b", re.I)
+_NOT_JUST = re.compile(
+    r"\b(?:everything|every \w+|all \w+|always|anything|in general|everywhere)\b[^.;]{0,20}?\bnot (?:just|only) "
+    r"(?:for |in )?(?:this|that|the|these|those)\b",
+    re.I,
+)
 
 
 def scoped(sentence: str) -> bool:
@@ -605,15 +609,19 @@ def relation_of(text: str) -> tuple[str, str] | None:
 
 
 _NAME = re.compile(
-    r"\b(?i:call (?:me|them)|address (?:me|them) as|(?:my|their|user's) name is|(?:i go|they go|user goes) by)"
-    r"\s+(?P<name>[A-Z][\w'-]+)"
+    r"\b(?i:call (?:me|them)|address (?:me|them) as|(?:my|user's) name is|(?:i go|they go|user goes) by)"
+    r"\s+(?!(?:Mr|Mrs|Ms|Miss|Dr|Sir|Madam)\b)(?P<name>[A-Z][\w'-]+)"
 )
+_NOT_NAME = re.compile(r"\b(?i:never|not|don't|dont|do not|stop|n't)\s*$")  # "don't call me Maggie"
 
 
 def name_in(text: str) -> str | None:
-    """The name a text says to call the user by ("call me Bobby", "Address them as Robert"), if any."""
+    """The name a text says to call the user by ("call me Bobby", "Address them as Robert"), if any;
+    not one it says not to use ("never call me Maggie")."""
     m = _NAME.search(text)
-    return m.group("name") if m else None
+    if m is None or _NOT_NAME.search(text[: m.start()]):
+        return None
+    return m.group("name")
 
 
 # Changes, corrections and requests to forget.
@@ -976,7 +984,7 @@ class RulesPolicy:
             for i in fresh
             if not _about_the_request(said, i)
             and not _task_bound(bodies[i])
-            and not REQUEST_FRAME.match(bodies[i])
+            and not (REQUEST_FRAME.match(bodies[i]) and not _HABIT.search(bodies[i]))
             and not _holds_a_question(bodies[i])
             and not _someone_elses(bodies[i])
             and _addressed(bodies[i])
@@ -988,9 +996,12 @@ class RulesPolicy:
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None and reads_standing(standing):
             roles[standing] = "standing"
+            length = len(words(said[standing]))
             for j in (standing - 1, standing + 1):  # a rule and its reason, said as two sentences
-                if j in fresh and reads_standing(j) and len(words(said[standing] + " " + said[j])) <= BESIDE_WORDS:
-                    roles[j] = "beside"
+                if j in fresh and reads_standing(j) and _close(kinds[standing], kinds[j]):
+                    length += len(words(said[j]))
+                    if length <= BESIDE_WORDS:
+                        roles[j] = "beside"
             return roles
         mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
         if not mine:
@@ -1238,8 +1249,14 @@ class RulesPolicy:
         # "at uni studying law" held, then "finished my degree, doing the LPC now"; the change may be
         # in another sentence of the message ("I dropped that and started Korean instead. Got hooked
         # on dramas."): then that sentence comes with it
-        said = [strip_lead_in(s) for s in sentences(msg.text)]
-        change = [s for s in said if s != strip_lead_in(body) and _is_standing_change(s)]
+        said = [strip_lead_in(s) for s in _without_secrets(sentences(material.own_words(msg.text)))]
+        change = [
+            s
+            for s in said
+            if s != strip_lead_in(body)
+            and _is_standing_change(s)
+            and self._closeness(h.statement, self._vector(s)) >= CHANGE_TOPIC  # the held thing changed
+        ]
         if (_is_standing_change(body) or change) and not _asks_at_the_end(body):
             changing = CHANGED
             if change:
@@ -1724,10 +1741,24 @@ def _without_secrets(said: list[str]) -> list[str]:
     after_secret = False
     for sentence in said:
         kept = _before_a_secret(sentence)
-        if kept and not (after_secret and _POINTS_BACK.search(sentence)):
+        if kept and not (after_secret and _about_the_secret(sentence)):
             out.append(kept)
         after_secret = kept != sentence
     return out
+
+
+def _about_the_secret(sentence: str) -> bool:
+    """A short remark that points back at the secret before it ("I need it for forms all the time"),
+    not a preference of its own ("I prefer that you answer in Spanish", "Keep it short")."""
+    body = strip_lead_in(sentence)
+    return (
+        bool(_POINTS_BACK.search(body))
+        and re.match(r"(?:i|i'll|i'd|i'm|we|we'll|you'll)\b", body, re.I) is not None  # not "Keep it short"
+        and len(words(body)) <= 10
+        and explicit_preference(body) is None
+        and not material.opens_with_request_verb(body)
+        and not _RULE_WORD.search(body)
+    )
 
 
 def _before_a_secret(sentence: str) -> str:
@@ -1820,7 +1851,11 @@ def _about_someone_else(body: str) -> bool:
 
 # the assistant, or what it writes ("longer answers are fine now")
 _YOU = re.compile(r"\b(?:you|your|you're|yours|u|answers?|repl(?:y|ies)|responses?)\b", re.I)
-_RULE_WORD = re.compile(r"\b(?:no|not|never|only|without|instead|nothing|please|pls)\b|^(?:don't|do not|dont)\b", re.I)
+_RULE_WORD = re.compile(
+    r"\b(?:no|not|never|only|without|instead|nothing|please|pls|always|throughout|everywhere)\b"
+    r"|^(?:don't|do not|dont)\b",
+    re.I,
+)
 ADDRESSED_WORDS = 6  # a sentence this short may be a terse rule ("Metric units.", "Tables, not prose.")
 
 
@@ -1845,12 +1880,17 @@ def _holds_a_question(body: str) -> bool:
     ("quick pls, I'm between patients at the clinic, does skiprows skip the header") is about the
     question, a weak signal at most."""
     clauses = phrasing.clause_pieces(body)
-    return material.asks(body) or any(material.asks(c) or _AUX_FIRST.match(c) for c in clauses)
+    asking = [c for c in clauses if not _RELATIVE.match(c) and (material.asks(c) or _AUX_FIRST.match(c))]
+    return material.asks(body) or bool(asking)
 
 
 # a clause that opens with an auxiliary asks ("does skiprows skip the header"); one with a relative
 # "which" or "where" need not ("I'm left-handed, which matters for the tools I ask about")
-_AUX_FIRST = re.compile(r"^(?:do|does|did|is|are|can|could|should|would|will)\s+(?!not\b|n't\b)\w+", re.I)
+_AUX_FIRST = re.compile(
+    r"^(?:(?:do|does|did)\s+(?!not\b)\w+|(?:is|are|can|could|should|will)\s+(?:i|you|we|it|they|he|she|there|this|that|the|my|your)\b)",
+    re.I,
+)
+_RELATIVE = re.compile(r"^(?:which|where|who|when|that)\b", re.I)  # "..., which is why I want ...": no question
 
 
 _HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
@@ -1902,6 +1942,14 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 
 
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
+
+
+def _close(a: SentenceType, b: SentenceType) -> bool:
+    """Whether two sentences are about one thing (CHANGE_TOPIC): "Metric units please." and "Ounces
+    mean nothing to me." are; "I'm a nurse." and "Give me Android instructions." are not."""
+    if a.vector is None or b.vector is None:
+        return False
+    return float(np.dot(np.asarray(a.vector), np.asarray(b.vector))) >= CHANGE_TOPIC
 
 
 def _joined(
