@@ -488,24 +488,11 @@ async def test_a_fact_that_changes_is_remembered_as_the_new_value_alone(first: s
     assert not any("uni" in h.statement for h in working.hypotheses)
 
 
-def test_a_graduation_that_supersedes_the_held_value_is_remembered_as_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The new value goes to _remember as a change, so a memory it changes is updated, not added to."""
-    seen: list[tuple[str, int]] = []
-
-    def spy(self: RulesPolicy, tools: Any, text: str, evidence: list[str], changing: int = 0, said: str = "") -> Any:
-        seen.append((text, changing))
-        return rules._Outcome("Refused: spied", False)
-
-    monkeypatch.setattr(RulesPolicy, "_remember", spy)
-    held = Hypothesis("h", "User is at uni studying law", 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
-    msg = tools_module.Message("m3", "c2", "finished my degree, doing the LPC now", "user", T0, 3)
-    tools = SimpleNamespace(shown={"m1": msg}, working=WorkingMemory())
-    RulesPolicy()._graduate(tools, msg, msg.text, "User finished their degree, doing the LPC now.", (0.7, held), {})  # type: ignore[arg-type]
-    assert seen and seen[0][1] == rules.CHANGED, seen
-
-
-def test_a_graduation_whose_change_is_in_another_sentence_keeps_that_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The sentence read as the repeat may not name the new value; the one that says it changed does."""
+def _graduating(
+    monkeypatch: pytest.MonkeyPatch, held: str, said: str, body: str, text: str, score: float = 0.5
+) -> list[tuple[str, int, list[str]]]:
+    """What _graduate hands _remember (text, change, evidence) when message m3 of c2 (`said`, read as
+    `body` -> `text`) says again the hypothesis `held` from m1 of c1."""
     seen: list[tuple[str, int, list[str]]] = []
 
     def spy(self: RulesPolicy, tools: Any, text: str, evidence: list[str], changing: int = 0, said: str = "") -> Any:
@@ -513,17 +500,46 @@ def test_a_graduation_whose_change_is_in_another_sentence_keeps_that_sentence(mo
         return rules._Outcome("Refused: spied", False)
 
     monkeypatch.setattr(RulesPolicy, "_remember", spy)
-    held = Hypothesis("h", "User is learning Italian", 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
-    text = "I dropped that and started Greek instead. The songs from my grandmother's village got me hooked."
-    msg = tools_module.Message("m3", "c2", text, "user", T0, 3)
+    hypothesis = Hypothesis("h", held, 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
+    msg = tools_module.Message("m3", "c2", said, "user", T0, 3)
     tools = SimpleNamespace(shown={"m1": msg}, working=WorkingMemory())
-    body = "The songs from my grandmother's village got me hooked."
-    RulesPolicy()._graduate(
-        tools, msg, body, "The songs from their grandmother's village got them hooked.", (0.5, held), {}
-    )  # type: ignore[arg-type]
-    [(remembered, changing, evidence)] = seen
+    RulesPolicy()._graduate(tools, msg, body, text, (score, hypothesis), {})  # type: ignore[arg-type]
+    return seen
+
+
+def test_a_graduation_that_supersedes_the_held_value_is_remembered_as_a_change(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The new value goes to _remember as a change, so a memory it changes is updated, not added to."""
+    said = "finished my degree, doing the LPC now"
+    seen = _graduating(
+        monkeypatch, "User is at uni studying law", said, said, "User finished their degree, doing the LPC now.", 0.7
+    )
+    assert seen and seen[0][1] == rules.CHANGED, seen
+
+
+def test_a_graduation_whose_change_is_in_another_sentence_keeps_that_sentence(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sentence read as the repeat may not name the new value; the one that says it changed does."""
+    [(remembered, changing, evidence)] = _graduating(
+        monkeypatch,
+        "User is learning Italian",
+        "I dropped that and started Greek instead. The songs from my grandmother's village got me hooked.",
+        "The songs from my grandmother's village got me hooked.",
+        "The songs from their grandmother's village got them hooked.",
+    )
     assert "Greek" in remembered and "Italian" not in remembered
     assert changing == rules.CHANGED and evidence == ["m3"]
+
+
+def test_an_unrelated_change_in_the_message_does_not_turn_a_repeat_into_a_change(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    [(remembered, changing, evidence)] = _graduating(
+        monkeypatch,
+        "User is learning Italian",
+        "I use Linux instead of Windows these days. I'm still learning Italian on my commute.",
+        "I'm still learning Italian on my commute.",
+        "User is still learning Italian on their commute.",
+    )
+    assert changing == 0 and evidence == ["m1", "m3"] and "Linux" not in remembered
 
 
 async def test_a_change_supersedes_the_held_hypothesis_of_the_same_exclusive_topic() -> None:
@@ -968,23 +984,34 @@ async def test_a_question_typed_without_its_question_mark_is_not_remembered(text
 @pytest.mark.parametrize(
     "text",
     [
-        "Movie night with my friend Dana on Friday. She can't stand horror or anything gory. Ideas?",
-        "Quick one-off script: it has to run on an old box that only has Python 2.7, so no f-strings.",
+        pytest.param(
+            "Movie night with my friend Dana on Friday. She can't stand horror or anything gory. Ideas?",
+            id="a friend's taste",
+        ),
+        pytest.param(
+            "Quick one-off script: it has to run on an old box that only has Python 2.7, so no f-strings.",
+            id="a one-off constraint",
+        ),
+        pytest.param(
+            "cheap high-protein meals for a week, like under 40 dollars total", id="a request as a noun phrase"
+        ),
+        pytest.param(
+            "The Coltrane cycle over the D major part of the bridge is interesting.", id="a remark on the world"
+        ),
+        pytest.param(
+            "quick pls, I'm squeezing this in between two meetings, does read_csv skiprows also skip the header",
+            id="a disclosure beside a question",
+        ),
+        pytest.param(
+            "whats the best time to plant garlic in zone 5, short answer, I'm on my phone",
+            id="beside a 'whats' question",
+        ),
+        pytest.param(
+            "I need a script that renames my holiday photos by the date they were taken", id="a request for something"
+        ),
     ],
 )
-async def test_a_friends_taste_or_a_one_off_constraint_is_not_remembered(text: str) -> None:
-    memories, _ = await remember([text])
-    assert memories == []
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "cheap high-protein meals for a week, like under 40 dollars total",
-        "The Coltrane cycle over the D major part of the bridge is interesting.",
-    ],
-)
-async def test_a_sentence_that_speaks_neither_of_the_user_nor_to_the_assistant_is_not_a_preference(text: str) -> None:
+async def test_what_is_neither_of_the_user_nor_to_the_assistant_standing_is_not_remembered_at_once(text: str) -> None:
     memories, _ = await remember([text])
     assert memories == []
 
@@ -1015,19 +1042,6 @@ def test_a_rule_that_says_it_goes_beyond_the_task_at_hand_is_not_scoped() -> Non
     assert rules.scoped("no exclamation marks in this draft")
     assert not rules.scoped("no exclamation marks, in everything not just this draft")
     assert rules.explicit_preference("pls stop with the exclamation marks, in everything not just this") is not None
-
-
-@pytest.mark.parametrize(
-    "text",
-    [
-        "quick pls, I'm squeezing this in between two meetings, does read_csv skiprows also skip the header",
-        "whats the best time to plant garlic in zone 5, short answer, I'm on my phone",
-        "I need a script that renames my holiday photos by the date they were taken",
-    ],
-)
-async def test_a_disclosure_beside_a_question_or_a_request_for_something_is_not_remembered_at_once(text: str) -> None:
-    memories, _ = await remember([text])
-    assert memories == []
 
 
 async def test_a_relative_clause_is_no_question() -> None:
@@ -1093,26 +1107,6 @@ async def test_a_name_the_user_does_not_want_leaves_the_name_they_do() -> None:
     texts = " ".join(m.text for m in memories)
     assert "Margaret" in texts
     assert rules.name_in("Don't call them Mr. Rossi in emails.") is None
-
-
-def test_an_unrelated_change_in_the_message_does_not_turn_a_repeat_into_a_change(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    seen: list[tuple[str, int, list[str]]] = []
-
-    def spy(self: RulesPolicy, tools: Any, text: str, evidence: list[str], changing: int = 0, said: str = "") -> Any:
-        seen.append((text, changing, evidence))
-        return rules._Outcome("Refused: spied", False)
-
-    monkeypatch.setattr(RulesPolicy, "_remember", spy)
-    held = Hypothesis("h", "User is learning Italian", 1, ["c1"], ["m1"], T0.isoformat(), T0.isoformat())
-    text = "I use Linux instead of Windows these days. I'm still learning Italian on my commute."
-    msg = tools_module.Message("m3", "c2", text, "user", T0, 3)
-    tools = SimpleNamespace(shown={"m1": msg}, working=WorkingMemory())
-    body = "I'm still learning Italian on my commute."
-    RulesPolicy()._graduate(tools, msg, body, "User is still learning Italian on their commute.", (0.5, held), {})  # type: ignore[arg-type]
-    [(remembered, changing, evidence)] = seen
-    assert changing == 0 and evidence == ["m1", "m3"] and "Linux" not in remembered
 
 
 @pytest.mark.parametrize(

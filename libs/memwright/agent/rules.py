@@ -803,8 +803,12 @@ class RulesPolicy:
         results = tools.fade_hypotheses(new_messages, self.fade_after)
         last: dict[str, Ref] = {}  # conversation -> what its latest message touched
         user = [m for m in new_messages if m.role == "user"]
+        verdicts = [guard.check(m.text) for m in user]  # once per message: the guard is not cheap
         # pasted text is not the user speaking, and a secret is never a memory's (nor what follows it)
-        split = [_without_secrets(sentences(material.own_words(m.text))) for m in user]
+        split = [
+            _without_secrets(ss) if v is not None and v.kind == "secret" else ss
+            for ss, v in zip((sentences(material.own_words(m.text)) for m in user), verdicts, strict=True)
+        ]
         flat = [s for ss in split for s in ss]
         types = iter(self.detector.classify(flat) if flat else [])  # one batch per run
         tools.embedder = self._embedder()
@@ -814,7 +818,7 @@ class RulesPolicy:
         for entry in tools.working.transcript:
             roleplay.update(entry.get(ROLEPLAY_KEY, {}))
         opened_here: dict[str, str] = {}
-        for msg, said in zip(user, split, strict=True):
+        for msg, said, verdict in zip(user, split, verdicts, strict=True):
             kinds = [next(types) for _ in said]
             opened = material.frame(msg.text)
             if opened is not None and opened[1]:
@@ -831,7 +835,6 @@ class RulesPolicy:
                     results.append(f"Nothing remembered from {msg.message_id}: it is inside a '{name}' frame.")
                     continue
                 said, kinds = [said[i] for i in aside], [kinds[i] for i in aside]
-            verdict = guard.check(msg.text)
             if verdict is not None and verdict.kind != "secret":
                 # a message that tries to steer the memory or claims authority is no source of
                 # preferences, even in its other sentences (a secret only costs its own sentence)
