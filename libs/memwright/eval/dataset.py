@@ -33,6 +33,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # "explicit", "repeats", "updates2": written for the seventh round by helpers that saw neither the
 # project nor each other's sets (explicit and one-off; repeated and single weak; update and poisoning).
 # "holdout": 80 users of five categories by two more such helpers, measured once at the end of that round.
+# "holdout2": 80 more users of the same five categories by two new helpers, committed at the start of
+# the eighth round before any policy change, measured at its start and at its end, never tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -44,6 +46,7 @@ SPLITS = {
     "repeats": "repeat_probe.jsonl",
     "updates2": "update_probe2.jsonl",
     "holdout": "holdout_probe.jsonl",
+    "holdout2": "holdout2_probe.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
