@@ -107,7 +107,8 @@ def test_the_phrasing_is_varied_not_templated(splits: dict[str, list[UserCase]])
     assert len(set(user_texts)) >= 0.97 * len(user_texts)
 
 
-PROBES = ("chat", "updates", "explicit", "repeats", "updates2", "holdout", "holdout2")  # written apart from the three splits
+# written apart from the three splits
+PROBES = ("chat", "updates", "explicit", "repeats", "updates2", "holdout", "holdout2")
 
 
 def test_key_words_come_from_the_users_own_messages(splits: dict[str, list[UserCase]]) -> None:

@@ -1136,3 +1136,37 @@ def test_a_clause_asks_only_with_its_subject_after_the_auxiliary(text: str, asks
 def test_not_just_widens_a_rule_only_after_a_word_of_every_time() -> None:
     assert rules.scoped("Please use a formal tone in this cover letter, not only the opening paragraph.")
     assert not rules.scoped("no exclamation marks, in everything not just this draft")
+
+
+@pytest.mark.parametrize(
+    ("said", "fact"),
+    [
+        (
+            "I'm a professional violinist, twenty years in orchestras. "
+            "Skip the beginner stuff, you can assume I read music fluently.",
+            "violinist",
+        ),
+        ("I've run a dairy farm for thirty years. Spare me the basics about cows, get to the numbers.", "dairy"),
+    ],
+)
+async def test_the_users_fact_just_before_a_rule_goes_with_it(said: str, fact: str) -> None:
+    # the rule rests on the fact, which is no closer in meaning to it than any other sentence
+    memories, _ = await remember([said])
+    assert [fact in m.text.lower() for m in memories] == [True]
+
+
+async def test_keep_that_in_mind_keeps_what_that_is() -> None:
+    memories, _ = await remember(
+        ["I work nights at a bakery, up at 3am most days. Keep that in mind when you suggest times for anything."]
+    )
+    assert [("bakery" in m.text, m.evidence) for m in memories] == [(True, ["m1"])]
+
+
+async def test_a_change_the_update_reader_finds_in_a_weak_sentence_changes_the_memory() -> None:
+    # the sentence also holds a weak signal ("I mostly use you for personal stuff now"): the change
+    # comes first, so the old rule does not stay beside a new hypothesis
+    memories, _ = await remember(
+        ["Please no emojis in your answers, they look childish in my reports."],
+        ["you can start using emoji again, I mostly use you for personal stuff now and it feels friendlier"],
+    )
+    assert [(m.evidence, "again" in m.text) for m in memories] == [(["m1", "m2"], True)]

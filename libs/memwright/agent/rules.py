@@ -907,7 +907,7 @@ class RulesPolicy:
                 pref = as_memory(pending).rstrip(".") + ". " + pref  # "... ISO format. Always use that."
             elif context and _PERSON.search(body) and kind is not None and kind.vector is not None:
                 pref = as_memory(context).rstrip(".") + ". " + pref  # "David and I separated. Don't bring him up."
-            elif earlier and len(words(body)) <= 8 and _POINTS_BACK.search(body):
+            elif earlier and (len(words(body)) <= 8 or _KEEP_THAT.match(body)) and _POINTS_BACK.search(body):
                 # "Skip the Beko, I've had two of theirs break. Never again with that brand."
                 pref = _with_what_it_points_at(pref, earlier)
             if changing:
@@ -923,6 +923,8 @@ class RulesPolicy:
 
         if kind is not None and kind.vector is not None and role == "standing":
             return self._standing(tools, msg, _with_context(body, context), kind, last, changing, around), None
+        if kind is not None and kind.vector is not None and role == "change":  # before any weak signal in it
+            return self._standing(tools, msg, body, kind, last, CHANGED, around), None
 
         results = []
         for signal in weak_signals(body):
@@ -954,8 +956,6 @@ class RulesPolicy:
             last[conversation] = ("hypothesis", hypothesis_id(statement))
         if not results and kind is not None and kind.vector is not None and role == "weak":
             results = self._weak(tools, msg, _with_context(body, context), kind, last, around)
-        elif not results and kind is not None and kind.vector is not None and role == "change":
-            results = self._standing(tools, msg, body, kind, last, CHANGED, around)
         if not results and correction:
             return [], body  # a correction we could not place: the next sentence may complete it
         return results, None
@@ -996,12 +996,19 @@ class RulesPolicy:
         def reads_standing(i: int) -> bool:
             return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + TASK_MARGIN >= kinds[i].p("task")
 
+        def _gives_its_reason(j: int, rule: int) -> bool:
+            # "I've played jazz piano for twenty years. Skip the beginner stuff.": the user's own
+            # fact just before a rule is what the rule rests on
+            return j == rule - 1 and kinds[j].label == "weak" and _speaks_of_self(bodies[j])
+
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None and reads_standing(standing):
             roles[standing] = "standing"
             length = len(words(said[standing]))
             for j in (standing - 1, standing + 1):  # a rule and its reason, said as two sentences
-                if j in fresh and reads_standing(j) and _close(kinds[standing], kinds[j]):
+                if j in fresh and (
+                    _gives_its_reason(j, standing) or (reads_standing(j) and _close(kinds[standing], kinds[j]))
+                ):
                     length += len(words(said[j]))
                     if length <= BESIDE_WORDS:
                         roles[j] = "beside"
@@ -1944,6 +1951,8 @@ _PERSON = re.compile(r"\b(?:him|her|he|she|his)\b", re.I)
 _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
 
 
+# "Keep that in mind if you ever suggest breakfast stuff.": what to keep is the sentence before
+_KEEP_THAT = re.compile(r"^(?:please\s+)?(?:keep|bear|remember|note|store|save)\s+(?:that|this|it)\b", re.I)
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
 
 
