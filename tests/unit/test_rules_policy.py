@@ -1170,3 +1170,21 @@ async def test_a_change_the_update_reader_finds_in_a_weak_sentence_changes_the_m
         ["you can start using emoji again, I mostly use you for personal stuff now and it feels friendlier"],
     )
     assert [(m.evidence, "again" in m.text) for m in memories] == [(["m1", "m2"], True)]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Need a birthday cake idea for my niece. Chocolate or vanilla, whichever is easier.",  # beside a request frame
+        "Explain black holes like I'm ten.",  # "like I'm ten" is how to explain, not about the user
+        "Quiz me on the capitals of South America.",
+    ],
+)
+async def test_a_request_and_what_goes_with_it_is_no_memory(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == []
+
+
+async def test_how_to_quiz_is_a_manner_not_a_request() -> None:
+    memories, _ = await remember(["Quiz me with flashcards, it's the only way things stick for me."])
+    assert [("flashcards" in m.text, m.evidence) for m in memories] == [(True, ["m1"])]

@@ -79,9 +79,10 @@ def own_words(text: str) -> str:
     return s.strip()
 
 
-# after a request verb these make it a manner of writing ("Write in UK English"), not a request
+# after a request verb (and "me" or "us") these make it a manner of writing ("Write in UK English",
+# "Quiz me with multiple choice"), not a request
 _MANNER = re.compile(
-    r"\s+(?:in|like|with|without|using|as|more|less|shorter|longer|briefly|simply|plainly|clearly|formally|"
+    r"(?:\s+(?:me|us))?\s+(?:in|like|with|without|using|as|more|less|shorter|longer|briefly|simply|plainly|clearly|formally|"
     r"informally|concisely|everything|all|every|your|always|only|never)\b",
     re.I,
 )

@@ -1670,7 +1670,8 @@ def _task_bound(body: str) -> bool:
     return scoped(body) and not _HABIT.search(body)
 
 
-_OBJECT_SELF = re.compile(r"\b(?:me|us)\b", re.I)  # "Give me ten names" asks; it discloses nothing
+# "Give me ten names", "explain it like I'm five" ask; they disclose nothing
+_OBJECT_SELF = re.compile(r"\b(?:(?:like|as if|as though) (?:i'm|i am|i was|i were)|me|us)\b", re.I)
 
 
 def _speaks_of_self(body: str) -> bool:
@@ -1685,7 +1686,9 @@ def _about_the_request(said: list[str], i: int) -> bool:
     Use CTEs, not subqueries.", "Respond only with yes or no. Is 91 a prime number?"."""
     body = strip_lead_in(said[i])
     ahead = said[i + 1 : i + 2] if material.opens_with_request_verb(body) else []
-    if not any(material.asks_for_something(s) for s in [*said[: i + 1], *ahead]):
+    if not any(
+        material.asks_for_something(s) or REQUEST_FRAME.match(strip_lead_in(s)) for s in [*said[: i + 1], *ahead]
+    ):
         return False
     return not (_speaks_of_self(body) or body.endswith("?") or standing_words(body))
 
