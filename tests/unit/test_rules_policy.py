@@ -4,6 +4,7 @@ graduate only across conversations, changes and corrections, forgetting, the bud
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from types import SimpleNamespace
 from typing import Any
@@ -1188,3 +1189,31 @@ async def test_a_request_and_what_goes_with_it_is_no_memory(said: str) -> None:
 async def test_how_to_quiz_is_a_manner_not_a_request() -> None:
     memories, _ = await remember(["Quiz me with flashcards, it's the only way things stick for me."])
     assert [("flashcards" in m.text, m.evidence) for m in memories] == [(True, ["m1"])]
+
+
+@pytest.mark.parametrize(
+    ("said", "keyword"),
+    [
+        ("You keep adding disclaimers. Cut it out.", "disclaimers"),
+        ("you always pad your answers with fluff. get to the point.", "fluff"),
+        ("Why do you keep apologising? Just answer.", "apologising"),
+        ("You always forget the units. Add them.", "units"),
+    ],
+)
+async def test_a_complaint_about_a_habit_and_what_to_do_instead_is_one_rule(said: str, keyword: str) -> None:
+    memories, _ = await remember([said])
+    assert [(keyword in m.text, m.evidence) for m in memories] == [(True, ["m1"])]
+    assert memories[0].text.count(". ") + memories[0].text.count("? ") == 1  # both sentences, capitalised
+    assert re.search(r"[.?] [A-Z]", memories[0].text)
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "You keep giving me the same code and it still fails. Fix the import error in this function.",
+        "you keep getting the date wrong. it's the 14th, not the 15th.",
+    ],
+)
+async def test_a_complaint_about_the_task_at_hand_is_no_rule(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == []

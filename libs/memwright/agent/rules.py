@@ -973,6 +973,23 @@ class RulesPolicy:
         if any(explicit_preference(strip_lead_in(s)) for s in said):
             return roles
         bodies = [strip_lead_in(s) for s in said]
+        complaint = next((i for i, b in enumerate(bodies) if _COMPLAINT.match(b) and not scoped(b)), None)
+        if (
+            complaint is not None
+            and complaint + 1 < len(said)
+            and kinds[complaint].p("standing") + TASK_MARGIN >= kinds[complaint].p("task")
+        ):
+            # "You keep hedging. Stop. Lead with the recommendation.": a habit of the assistant's the
+            # user complains of, and what to do instead, is one standing rule (not "you keep getting
+            # the date wrong": the task at hand, as the detector reads it)
+            roles[complaint] = "standing"
+            length = len(words(said[complaint]))
+            for j in range(complaint + 1, min(len(said), complaint + 3)):
+                length += len(words(said[j]))
+                if material.asks(bodies[j]) or scoped(bodies[j]) or length > BESIDE_WORDS:
+                    break
+                roles[j] = "beside"
+            return roles
         sure = [i for i, b in enumerate(bodies) if not UNSURE.search(b)]
         if not sure:
             return roles
@@ -1954,6 +1971,8 @@ _PERSON = re.compile(r"\b(?:him|her|he|she|his)\b", re.I)
 _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
 
 
+# "You keep adding disclaimers.", "why do you always apologise": a habit of the assistant's
+_COMPLAINT = re.compile(r"^(?:why (?:do|are) you |you(?:'re| are)? )(?:keep|always|constantly|never stop)\b", re.I)
 # "Keep that in mind if you ever suggest breakfast stuff.": what to keep is the sentence before
 _KEEP_THAT = re.compile(r"^(?:please\s+)?(?:keep|bear|remember|note|store|save)\s+(?:that|this|it)\b", re.I)
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
@@ -1978,7 +1997,7 @@ def _joined(
     main = roles.index("standing")
     span = [i for i, r in enumerate(roles) if r in ("standing", "beside")]
     lo, hi = span[0], span[-1]
-    joined = " ".join(said[lo : hi + 1])
+    joined = " ".join(s[:1].upper() + s[1:] if i > lo else s for i, s in enumerate(said[lo : hi + 1], lo))
     return (
         [*said[:lo], joined, *said[hi + 1 :]],
         [*kinds[:lo], kinds[main], *kinds[hi + 1 :]],
