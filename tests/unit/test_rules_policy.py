@@ -1217,3 +1217,14 @@ async def test_a_complaint_about_a_habit_and_what_to_do_instead_is_one_rule(said
 async def test_a_complaint_about_the_task_at_hand_is_no_rule(said: str) -> None:
     memories, _ = await remember([said])
     assert memories == []
+
+
+@pytest.mark.parametrize("said", ["Cap replies at five sentences.", "Replies under 100 words."])
+async def test_a_terse_rule_for_the_replies_in_general_is_remembered(said: str) -> None:
+    memories, _ = await remember([said])
+    assert [m.evidence for m in memories] == [["m1"]]
+
+
+async def test_a_rule_for_one_reply_is_not() -> None:
+    memories, _ = await remember(["Cap the replies in this thread at five sentences."])
+    assert memories == []

@@ -736,6 +736,7 @@ from memwright.agent.lexicon import (  # noqa: E402
     HEDGED,
     NOT_CHANGE,
     OUTSIDERS,
+    REPLIES,
     REQUEST_FRAME,
     RESTATED,
     SOMEONE_ELSE,
@@ -1011,7 +1012,9 @@ class RulesPolicy:
         ]
 
         def reads_standing(i: int) -> bool:
-            return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + TASK_MARGIN >= kinds[i].p("task")
+            # a rule for the assistant's replies in general needs no margin over the task
+            margin = 1.0 if REPLIES.search(bodies[i]) and not scoped(bodies[i]) else TASK_MARGIN
+            return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + margin >= kinds[i].p("task")
 
         def _gives_its_reason(j: int, rule: int) -> bool:
             # "I've played jazz piano for twenty years. Skip the beginner stuff.": the user's own
