@@ -1228,3 +1228,20 @@ async def test_a_terse_rule_for_the_replies_in_general_is_remembered(said: str) 
 async def test_a_rule_for_one_reply_is_not() -> None:
     memories, _ = await remember(["Cap the replies in this thread at five sentences."])
     assert memories == []
+
+
+@pytest.mark.parametrize(
+    ("said", "keyword"),
+    [("I draw in Procreate, not Photoshop.", "Procreate"), ("I sketch in Figma, not Sketch.", "Figma")],
+)
+async def test_one_thing_over_another_said_plainly_is_remembered(said: str, keyword: str) -> None:
+    memories, _ = await remember([said])
+    assert [(keyword in m.text, m.evidence) for m in memories] == [(True, ["m1"])]
+
+
+@pytest.mark.parametrize(
+    "said", ["Write SQL for the top customers. Use CTEs, not subqueries.", "It's fine, not great."]
+)
+async def test_a_contrast_for_the_request_or_a_verdict_is_not(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == []

@@ -1012,6 +1012,8 @@ class RulesPolicy:
         ]
 
         def reads_standing(i: int) -> bool:
+            if _CONTRAST.search(bodies[i]):
+                return True  # "I edit in Capture One, not Lightroom.": one thing over another, said plainly
             # a rule for the assistant's replies in general needs no margin over the task
             margin = 1.0 if REPLIES.search(bodies[i]) and not scoped(bodies[i]) else TASK_MARGIN
             return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + margin >= kinds[i].p("task")
@@ -1974,6 +1976,11 @@ _PERSON = re.compile(r"\b(?:him|her|he|she|his)\b", re.I)
 _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
 
 
+# "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
+_CONTRAST = re.compile(
+    r",\s*not\s+(?!sure\b|too\b|much\b|a lot\b|really\b|that\b|just\b|only\b|even\b|so\b|bad\b|great\b|in\b)\w+",
+    re.I,
+)
 # "You keep adding disclaimers.", "why do you always apologise": a habit of the assistant's
 _COMPLAINT = re.compile(r"^(?:why (?:do|are) you |you(?:'re| are)? )(?:keep|always|constantly|never stop)\b", re.I)
 # "Keep that in mind if you ever suggest breakfast stuff.": what to keep is the sentence before
