@@ -1245,3 +1245,9 @@ async def test_one_thing_over_another_said_plainly_is_remembered(said: str, keyw
 async def test_a_contrast_for_the_request_or_a_verdict_is_not(said: str) -> None:
     memories, _ = await remember([said])
     assert memories == []
+
+
+@pytest.mark.parametrize("said", ["this is really helpful, thank you", "That's super clear, cheers."])
+async def test_a_verdict_on_the_reply_is_no_rule(said: str) -> None:
+    memories, _ = await remember(["How do I descale a kettle?", said])
+    assert memories == []

@@ -1008,6 +1008,7 @@ class RulesPolicy:
             and not (REQUEST_FRAME.match(bodies[i]) and not _HABIT.search(bodies[i]))
             and not _holds_a_question(bodies[i])
             and not _someone_elses(bodies[i])
+            and not _VERDICT.match(bodies[i])
             and _addressed(bodies[i])
         ]
 
@@ -1976,6 +1977,12 @@ _PERSON = re.compile(r"\b(?:him|her|he|she|his)\b", re.I)
 _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in general|and)\b", re.I)
 
 
+# "this is really helpful, thank you": a verdict on the reply just given, no rule for the next ones
+_VERDICT = re.compile(
+    r"^(?:this|that|it|these|those)(?:'s|'re| is| was| are| were)\s+(?:\w+\s+){0,2}?(?:helpful|useful|great|"
+    r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b",
+    re.I,
+)
 # "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
 _CONTRAST = re.compile(
     r",\s*not\s+(?!sure\b|too\b|much\b|a lot\b|really\b|that\b|just\b|only\b|even\b|so\b|bad\b|great\b|in\b)\w+",
