@@ -1251,3 +1251,17 @@ async def test_a_contrast_for_the_request_or_a_verdict_is_not(said: str) -> None
 async def test_a_verdict_on_the_reply_is_no_rule(said: str) -> None:
     memories, _ = await remember(["How do I descale a kettle?", said])
     assert memories == []
+
+
+async def test_an_instruction_and_the_users_remark_on_why_are_one_memory() -> None:
+    memories, _ = await remember(["Avoid anything with more than three steps. I get lost easily."])
+    assert [m.text for m in memories] == ["Avoid anything with more than three steps. They get lost easily."]
+
+
+def test_a_later_sentence_of_a_memory_starts_with_a_capital() -> None:
+    assert rules.as_memory("Keep it short. they're busy") == "Keep it short. They're busy."
+
+
+async def test_the_users_remark_on_why_keeps_the_instruction_before_it() -> None:
+    memories, _ = await remember(["Keep workouts to 30 minutes or less. I'm not training for the Olympics."])
+    assert [m.text for m in memories] == ["Keep workouts to 30 minutes or less. They're not training for the Olympics."]

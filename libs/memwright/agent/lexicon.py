@@ -37,6 +37,7 @@ _PEOPLE = "|".join(
 # words, "User's son ..."): about someone else (`people` and the `outsiders`), so it changes no memory
 # of the user, unless the user is in it too (rules._about_someone_else)
 SOMEONE_ELSE = re.compile(rf"^(?:(?:my|our|user's|their)\s+(?:{_PEOPLE})\b|(?:he|she)\b)", re.IGNORECASE)
+INSTRUCTION = word_pattern("instruction_verbs", anchored=True)  # "Keep recipes short.": to the assistant
 REPLIES = word_pattern("replies")  # the assistant's replies in general
 REQUEST_FRAME = word_pattern("request_frames", anchored=True)  # "I would like to know ...": a request
 RESTATED = word_pattern("restated")  # said before: held like a weak signal, not remembered at once

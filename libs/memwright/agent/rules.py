@@ -247,6 +247,7 @@ def as_memory(clause: str) -> str:
                 verb = third_person(parts[0]) if parts and parts[0] else ""
                 s = "User " + " ".join([*adverbs, verb, *parts[1:]])
     s = re.sub(r"\s+", " ", s).strip()
+    s = re.sub(r"([.!?] )(they|their|them)\b", lambda m: m.group(1) + m.group(2).capitalize(), s)  # a later sentence's
     return s + "."
 
 
@@ -734,6 +735,7 @@ from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the func
 from memwright.agent.lexicon import (  # noqa: E402
     ENDED,
     HEDGED,
+    INSTRUCTION,
     NOT_CHANGE,
     OUTSIDERS,
     REPLIES,
@@ -1020,9 +1022,16 @@ class RulesPolicy:
             return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + margin >= kinds[i].p("task")
 
         def _gives_its_reason(j: int, rule: int) -> bool:
-            # "I've played jazz piano for twenty years. Skip the beginner stuff.": the user's own
-            # fact just before a rule is what the rule rests on
-            return j == rule - 1 and kinds[j].label == "weak" and _speaks_of_self(bodies[j])
+            # "I've played jazz piano for twenty years. Skip the beginner stuff.", "Avoid anything with
+            # more than three steps. I get lost easily.": the user's own fact beside a rule is what
+            # the rule rests on
+            after = j == rule + 1 and not _speaks_of_self(bodies[rule])  # after an instruction
+            return (j == rule - 1 or after) and kinds[j].label == "weak" and _speaks_of_self(bodies[j])
+
+        def _rule_and_reason(j: int, i: int) -> bool:
+            # "Keep recipes to 8 ingredients or fewer. I'm not running a restaurant.": an instruction
+            # and the user's remark on why, however far apart in meaning
+            return bool(INSTRUCTION.match(bodies[j])) and _speaks_of_self(bodies[i]) and not _speaks_of_self(bodies[j])
 
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None and reads_standing(standing):
@@ -1030,7 +1039,9 @@ class RulesPolicy:
             length = len(words(said[standing]))
             for j in (standing - 1, standing + 1):  # a rule and its reason, said as two sentences
                 if j in fresh and (
-                    _gives_its_reason(j, standing) or (reads_standing(j) and _close(kinds[standing], kinds[j]))
+                    _gives_its_reason(j, standing)
+                    or _rule_and_reason(j, standing)
+                    or (reads_standing(j) and _close(kinds[standing], kinds[j]))
                 ):
                     length += len(words(said[j]))
                     if length <= BESIDE_WORDS:
@@ -1908,6 +1919,7 @@ def _addressed(body: str) -> bool:
         or _YOU.search(body)
         or _RULE_WORD.search(body)
         or material.opens_with_request_verb(body)
+        or INSTRUCTION.match(body)
     )
 
 
