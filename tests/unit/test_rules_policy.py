@@ -1265,3 +1265,26 @@ def test_a_later_sentence_of_a_memory_starts_with_a_capital() -> None:
 async def test_the_users_remark_on_why_keeps_the_instruction_before_it() -> None:
     memories, _ = await remember(["Keep workouts to 30 minutes or less. I'm not training for the Olympics."])
     assert [m.text for m in memories] == ["Keep workouts to 30 minutes or less. They're not training for the Olympics."]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (
+            "Tengo un portátil Lenovo con Windows en casa, así que los atajos de teclado dámelos para Windows.",
+            "Me regalaron un iMac nuevo para casa.",
+        ),
+        (
+            "Ich arbeite als Lehrerin an einer Grundschule in Köln.",
+            "Ich habe gekündigt und arbeite bald als Bibliothekarin.",
+        ),
+        (
+            "J'habite à Nantes, donc pour les sorties propose des idées là-bas.",
+            "On a déménagé à Grenoble le mois dernier.",
+        ),
+    ],
+)
+async def test_a_change_said_in_another_language_replaces_the_memory(first: str, second: str) -> None:
+    # words.toml `change` holds "new", "quit" and "moved" in the other languages too
+    memories, _ = await remember([first], [second])
+    assert [m.evidence for m in memories] == [["m1", "m2"]], [(m.text, m.evidence) for m in memories]
