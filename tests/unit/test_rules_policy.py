@@ -882,6 +882,10 @@ async def test_an_update_keeps_the_sentence_beside_it_that_says_what_changed() -
         ("thinking about giving up coffee", False),  # maybe, some day
         ("maybe I'll move to Porto now, not sure", False),
         ("things changed at work, recommend a gift for my boss up to 100 pounds", False),  # a request clause
+        (
+            "Got an allotment this spring, so pots are history, give me advice for proper beds now.",
+            True,
+        ),  # asks for the change
         ("is the paleo hype over?", False),  # a question
         ("my partner got me into horror films and I love them now??", True),  # surprise, not a question
         ("my son gave me his old Samsung Galaxy", True),  # the user is in someone else's news
@@ -1288,3 +1292,11 @@ async def test_a_change_said_in_another_language_replaces_the_memory(first: str,
     # words.toml `change` holds "new", "quit" and "moved" in the other languages too
     memories, _ = await remember([first], [second])
     assert [m.evidence for m in memories] == [["m1", "m2"]], [(m.text, m.evidence) for m in memories]
+
+
+async def test_a_change_whose_request_asks_for_the_new_value_from_now_on_replaces_the_memory() -> None:
+    memories, _ = await remember(
+        ["I live in a tiny one-bedroom flat, so keep furniture ideas compact."],
+        ["We finally bought a four-bedroom farmhouse, the space limits are gone, suggest full-size furniture now."],
+    )
+    assert [(m.evidence, "tiny" in m.text) for m in memories] == [(["m1", "m2"], False)]

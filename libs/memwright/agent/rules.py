@@ -1873,13 +1873,14 @@ def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
 def _may_change(sentence: str) -> bool:
     """Whether a sentence could change what a memory holds: the user's own (not "my wife switched to
     oat milk"), said for sure (no musing or maybe: "thinking about giving up coffee"), no question,
-    and no request, nor a clause of one ("things changed at work, recommend a gift for my boss")."""
+    and no request, nor a clause of one ("things changed at work, recommend a gift for my boss"),
+    unless that clause asks for the change itself from now on ("..., plan for a bigger kitchen now")."""
     body = strip_lead_in(sentence)
     if UNSURE.search(body) or HEDGED.search(body) or _about_someone_else(body):
         return False
     if material.asks(body) or material.asks_for_something(body):
         return False
-    return not any(material.is_request(c) for c in phrasing.clause_pieces(body)[1:])
+    return not any(material.is_request(c) and not says_changed(c) for c in phrasing.clause_pieces(body)[1:])
 
 
 # the user in someone else's news ("my son gave me his old Samsung", "my partner got me into horror
