@@ -891,6 +891,8 @@ async def test_an_update_keeps_the_sentence_beside_it_that_says_what_changed() -
         ("my son gave me his old Samsung Galaxy", True),  # the user is in someone else's news
         ("my wife and I moved to Lisbon", True),
         ("my wife says I should go vegan", False),  # the user only as the one told
+        ("He's my husband now, we eloped last weekend.", True),  # the user in it as "my"
+        ("She's my manager now, since the reorg.", True),
         ("my boss moved to Teams last month", False),  # an outsider (words.toml `outsiders`)
     ],
 )

@@ -1884,10 +1884,11 @@ def _may_change(sentence: str) -> bool:
 
 
 # the user in someone else's news ("my son gave me his old Samsung", "my partner got me into horror
-# films and I love them now"), not as the one told about it ("my wife says I should go vegan")
+# films and I love them now", "she's my wife now"), not as the one told about it ("my wife says I
+# should go vegan")
 _USER_IN_IT = re.compile(
     r"(?<!\btold )(?<!\btells )(?<!\basked )(?<!\basks )(?<!\bsaid )(?<!\bsays )(?<!\bwants )(?<!\bthinks )"
-    r"\b(?:[Ii]|[Mm]e)\b"
+    r"\b(?:[Ii]|[Mm]e|[Mm]y|[Mm]ine)\b"
 )
 
 
