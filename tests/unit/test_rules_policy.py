@@ -13,6 +13,7 @@ import pytest
 from memwright.agent import rules
 from memwright.agent import tools as tools_module
 from memwright.agent.classify import PatternDetector, SentenceType
+from memwright.agent.lexicon import says_changed
 from memwright.agent.rules import RulesPolicy
 from memwright.agent.tools import Memory
 from memwright.agent.working import Hypothesis, WorkingMemory
@@ -1302,3 +1303,26 @@ async def test_a_change_whose_request_asks_for_the_new_value_from_now_on_replace
         ["We finally bought a four-bedroom farmhouse, the space limits are gone, suggest full-size furniture now."],
     )
     assert [(m.evidence, "tiny" in m.text) for m in memories] == [(["m1", "m2"], False)]
+
+
+@pytest.mark.parametrize(
+    ("first", "second"),
+    [
+        (
+            "Please no jokes in your replies for a while, I'm grieving and can't take them.",
+            "Feeling much better, you can joke around with me again.",
+        ),
+        (
+            "No spoilers please, I haven't finished the series yet.",
+            "Finished the whole series, go ahead and talk spoilers again.",
+        ),
+    ],
+)
+async def test_a_permission_given_again_replaces_the_rule_it_lifts(first: str, second: str) -> None:
+    memories, _ = await remember([first], [second])
+    assert [(m.evidence, "again" in m.text) for m in memories] == [(["m1", "m2"], True)]
+
+
+@pytest.mark.parametrize("text", ["Hello again, quick one today.", "thanks again for the help"])
+def test_a_greeting_or_thanks_said_again_says_nothing_changed(text: str) -> None:
+    assert not says_changed(text)
