@@ -1326,3 +1326,62 @@ async def test_a_permission_given_again_replaces_the_rule_it_lifts(first: str, s
 @pytest.mark.parametrize("text", ["Hello again, quick one today.", "thanks again for the help"])
 def test_a_greeting_or_thanks_said_again_says_nothing_changed(text: str) -> None:
     assert not says_changed(text)
+
+
+@pytest.mark.parametrize(
+    ("first", "later", "kept"),
+    [
+        ("Just so you know, I'm allergic to peanuts.", "Back again! I'm lactose intolerant.", "peanut"),
+        ("I'm vegetarian, so keep recipes meat-free.", "I'm craving pizza again. Any good toppings?", "vegetarian"),
+        ("I live in Boston, so local suggestions there.", "My sister moved to Denver, near my old school.", "Boston"),
+        ("I use a Windows laptop.", "My laptop is slow, recommend something new.", "Windows"),
+        ("I drive a VW Golf.", "I drive a Chevy Nova on weekends.", "Golf"),
+    ],
+)
+async def test_a_word_of_change_in_passing_overwrites_no_unrelated_memory(first: str, later: str, kept: str) -> None:
+    # "again" that repeats, "my" in someone else's news, "new" in a request, a name that is a
+    # foreign "new": none says the memory changed
+    memories, _ = await remember([first], [later])
+    assert any(kept in m.text for m in memories), [m.text for m in memories]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Tell me more about black holes.",  # a request after "me", not a manner
+        "It's cheap, not free.",  # how things are, not one thing over another
+        "My flight is at 9pm, not 9am.",
+        "You keep forgetting the garlic. Add it to step 3.",  # a complaint about this answer
+        "You always make me laugh. Tell me another joke.",
+    ],
+)
+async def test_these_are_no_standing_rules(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == [], [m.text for m in memories]
+
+
+@pytest.mark.parametrize(
+    ("said", "left_out"),
+    [
+        ("Keep answers short. I'm from Ohio.", "Ohio"),  # no tie between the rule and the remark
+        ("Had a rough day at work. Remember that I'm allergic to nuts when you suggest recipes.", "rough day"),
+    ],
+)
+async def test_a_rule_is_not_joined_to_an_unrelated_sentence(said: str, left_out: str) -> None:
+    memories, _ = await remember([said])
+    assert memories and not any(left_out in m.text for m in memories), [m.text for m in memories]
+
+
+async def test_a_permission_is_no_verdict_on_the_reply() -> None:
+    memories, _ = await remember(["It's fine to swear with me, I don't mind."])
+    assert [m.evidence for m in memories] == [["m1"]]
+
+
+def test_a_joined_sentence_keeps_a_name_that_starts_in_lower_case() -> None:
+    assert rules._capitalised("iPhone steps only") == "iPhone steps only"
+    assert rules._capitalised("get to the point.") == "Get to the point."
+
+
+def test_actually_inside_a_sentence_says_nothing_changed() -> None:
+    assert not says_changed("markdown files I actually own")
+    assert says_changed("Actually, I eat fish.")

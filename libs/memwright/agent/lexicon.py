@@ -13,13 +13,15 @@ from typing import Any
 WORDS: dict[str, Any] = tomllib.loads((Path(__file__).parent / "data" / "words.toml").read_text())
 
 
-def word_pattern(name: str, anchored: bool = False) -> re.Pattern[str]:
-    """One list as a pattern; `anchored`: only at the start of the text."""
+def word_pattern(name: str, anchored: bool = False, case: bool = False) -> re.Pattern[str]:
+    """One list as a pattern; `anchored`: only at the start of the text; `case`: as written."""
     alternatives = sorted((re.escape(w) for w in WORDS[name]), key=len, reverse=True)
-    return re.compile(("^" if anchored else r"\b") + "(?:" + "|".join(alternatives) + r")\b", re.IGNORECASE)
+    flags = 0 if case else re.IGNORECASE
+    return re.compile(("^" if anchored else r"\b") + "(?:" + "|".join(alternatives) + r")\b", flags)
 
 
 CHANGE = word_pattern("change")  # something changed: a close memory is updated, not added to
+CHANGE_LOWER_CASE = word_pattern("change_lower_case", case=True)  # ... in other languages, not in names
 NOT_CHANGE = word_pattern("not_change")  # "from now on": a new standing rule, not a change
 ENDED = word_pattern("ended")  # what a memory holds came to an end: its replacement follows
 PAST = word_pattern("past")  # a clause of an update that speaks of the old value
@@ -45,4 +47,12 @@ RESTATED = word_pattern("restated")  # said before: held like a weak signal, not
 
 def says_changed(text: str) -> bool:
     """Whether the text says something changed (a change word, not inside "from now on")."""
-    return CHANGE.search(NOT_CHANGE.sub(" ", text)) is not None
+    text = NOT_CHANGE.sub(" ", text)
+    if not _PERMITTED_AGAIN.search(text):
+        text = re.sub(r"\bagain\b", " ", text, flags=re.I)  # "craving pizza again" changes nothing
+    text = re.sub(r"(?<=\w )actually\b", " ", text, flags=re.I)  # "files I actually own"; "Actually, I ..." does
+    return CHANGE.search(text) is not None or CHANGE_LOWER_CASE.search(text) is not None
+
+
+# "you can joke around with me again", "go ahead and talk spoilers again": a permission given again
+_PERMITTED_AGAIN = re.compile(r"\b(?:you can|you may|feel free|go ahead|start|resume)\b[^.!?]*\bagain\b", re.I)

@@ -82,7 +82,7 @@ def own_words(text: str) -> str:
 # after a request verb (and "me" or "us") these make it a manner of writing ("Write in UK English",
 # "Quiz me with multiple choice"), not a request
 _MANNER = re.compile(
-    r"(?:\s+(?:me|us))?\s+(?:in|like|with|without|using|as|more|less|shorter|longer|briefly|simply|plainly|clearly|formally|"
+    r"(?:\s+(?:me|us)(?=\s+(?:in|like|with|without|using|as)\b))?\s+(?:in|like|with|without|using|as|more|less|shorter|longer|briefly|simply|plainly|clearly|formally|"
     r"informally|concisely|everything|all|every|your|always|only|never)\b",
     re.I,
 )

@@ -83,6 +83,7 @@ REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the ll
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.toml `change`)
+TIED = 0.15  # cosine at which a rule and the user's remark beside it are one memory (rules.py `_tied`)
 REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
 REPLACE_FLOOR = 0.3  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
@@ -989,9 +990,18 @@ class RulesPolicy:
             length = len(words(said[complaint]))
             for j in range(complaint + 1, min(len(said), complaint + 3)):
                 length += len(words(said[j]))
-                if material.asks(bodies[j]) or scoped(bodies[j]) or length > BESIDE_WORDS:
+                if (
+                    material.asks(bodies[j])
+                    or scoped(bodies[j])
+                    or length > BESIDE_WORDS
+                    or _speaks_of_self(bodies[j])  # "I want hotels in Rome, not Milan.", "I'm a nurse, by the way."
+                    or (material.is_request(bodies[j]) and len(words(bodies[j])) > 3)  # "Add it to step 3."
+                    or bodies[j].lower().startswith("anyway")
+                ):
                     break
                 roles[j] = "beside"
+            if "beside" not in roles:  # a complaint alone is no rule: "You always make me laugh."
+                roles[complaint] = None
             return roles
         sure = [i for i, b in enumerate(bodies) if not UNSURE.search(b)]
         if not sure:
@@ -1015,7 +1025,7 @@ class RulesPolicy:
         ]
 
         def reads_standing(i: int) -> bool:
-            if _CONTRAST.search(bodies[i]):
+            if _CONTRAST.search(bodies[i]) and not _A_STATE.match(bodies[i]):
                 return True  # "I edit in Capture One, not Lightroom.": one thing over another, said plainly
             # a rule for the assistant's replies in general needs no margin over the task
             margin = 1.0 if REPLIES.search(bodies[i]) and not scoped(bodies[i]) else TASK_MARGIN
@@ -1025,13 +1035,24 @@ class RulesPolicy:
             # "I've played jazz piano for twenty years. Skip the beginner stuff.", "Avoid anything with
             # more than three steps. I get lost easily.": the user's own fact beside a rule is what
             # the rule rests on
+            # (with some tie in meaning: not "Keep answers short. I'm from Ohio.")
             after = j == rule + 1 and not _speaks_of_self(bodies[rule])  # after an instruction
-            return (j == rule - 1 or after) and kinds[j].label == "weak" and _speaks_of_self(bodies[j])
+            return (
+                (j == rule - 1 or after)
+                and kinds[j].label == "weak"
+                and _speaks_of_self(bodies[j])
+                and _tied(kinds[j], kinds[rule])
+            )
 
         def _rule_and_reason(j: int, i: int) -> bool:
             # "Keep recipes to 8 ingredients or fewer. I'm not running a restaurant.": an instruction
-            # and the user's remark on why, however far apart in meaning
-            return bool(INSTRUCTION.match(bodies[j])) and _speaks_of_self(bodies[i]) and not _speaks_of_self(bodies[j])
+            # and the user's remark on why, tied in meaning however loosely
+            return (
+                bool(INSTRUCTION.match(bodies[j]))
+                and _speaks_of_self(bodies[i])
+                and not _speaks_of_self(bodies[j])
+                and _tied(kinds[i], kinds[j])
+            )
 
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None and reads_standing(standing):
@@ -1215,7 +1236,7 @@ class RulesPolicy:
             return max(self._closeness(body, vector), self._closeness(memory.text, vector)) >= CHANGE_TOPIC
 
         kept = [bodies[j] if j != i else body for j in (i - 1, i, i + 1) if j == i or changed(j)]
-        return " ".join(s[:1].upper() + s[1:] for s in kept)
+        return " ".join(_capitalised(s) for s in kept)
 
     def _with_buried_change(
         self, tools: MemoryTools, said: list[str], kinds: list[SentenceType], roles: list[str | None]
@@ -1880,7 +1901,14 @@ def _may_change(sentence: str) -> bool:
         return False
     if material.asks(body) or material.asks_for_something(body):
         return False
-    return not any(material.is_request(c) and not says_changed(c) for c in phrasing.clause_pieces(body)[1:])
+    pieces = phrasing.clause_pieces(body)
+    requests = [c for c in pieces[1:] if material.is_request(c)]
+    changed_outside = any(
+        says_changed(c) or ENDED.search(c) or re.search(r"\b(?:is|are|'s) history\b", c)
+        for c in pieces
+        if c not in requests
+    )
+    return not any(not (changed_outside and says_changed(c)) for c in requests)
 
 
 # the user in someone else's news ("my son gave me his old Samsung", "my partner got me into horror
@@ -1888,7 +1916,7 @@ def _may_change(sentence: str) -> bool:
 # should go vegan")
 _USER_IN_IT = re.compile(
     r"(?<!\btold )(?<!\btells )(?<!\basked )(?<!\basks )(?<!\bsaid )(?<!\bsays )(?<!\bwants )(?<!\bthinks )"
-    r"\b(?:[Ii]|[Mm]e|[Mm]y|[Mm]ine)\b"
+    r"(?:\b(?:[Ii]|[Mm]e)\b|\b(?:is|'s|are|'re|became|become)\s+(?:\w+\s+)?(?:my|mine)\b)"
 )
 
 
@@ -1994,7 +2022,8 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 # "this is really helpful, thank you": a verdict on the reply just given, no rule for the next ones
 _VERDICT = re.compile(
     r"^(?:this|that|it|these|those)(?:'s|'re| is| was| are| were)\s+(?:\w+\s+){0,2}?(?:helpful|useful|great|"
-    r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b",
+    r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
+    r"(?!\s+(?:to|if|when|for me|with me)\b)",  # not a permission: "It's fine to swear with me"
     re.I,
 )
 # "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
@@ -2002,11 +2031,31 @@ _CONTRAST = re.compile(
     r",\s*not\s+(?!sure\b|too\b|much\b|a lot\b|really\b|that\b|just\b|only\b|even\b|so\b|bad\b|great\b|in\b)\w+",
     re.I,
 )
+# "It's cheap, not free.", "My flight is at 9pm, not 9am.", "I said Thursday, not Tuesday.": how
+# things are or what was said, not one thing preferred over another
+_A_STATE = re.compile(
+    r"^(?:(?:it|that|this|there|she|he|they|we|i)(?:'s|'re|'m| is| was| are| were| am| said| meant)\b"
+    r"|(?:the|my|our|his|her|their)\s+(?:\w+\s+){0,2}?(?:is|was|are|were)\b)"
+    r"|.*,\s*not (?:gonna|kidding|joking|lying)\b",
+    re.I,
+)
 # "You keep adding disclaimers.", "why do you always apologise": a habit of the assistant's
 _COMPLAINT = re.compile(r"^(?:why (?:do|are) you |you(?:'re| are)? )(?:keep|always|constantly|never stop)\b", re.I)
 # "Keep that in mind if you ever suggest breakfast stuff.": what to keep is the sentence before
-_KEEP_THAT = re.compile(r"^(?:please\s+)?(?:keep|bear|remember|note|store|save)\s+(?:that|this|it)\b", re.I)
+_KEEP_THAT = re.compile(
+    r"^(?:please\s+)?(?:keep|bear|remember|note|store|save)\s+(?:that|this|it)(?=\s+in mind\b|\s+for\b|\s*[,.!;]|\s*$)",
+    re.I,
+)
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
+
+
+def _tied(a: SentenceType, b: SentenceType) -> bool:
+    """Whether two sentences have anything to do with each other (TIED): a rule and the fact it rests
+    on often have little ("Keep recipes to 8 ingredients or fewer." / "I'm not running a restaurant."),
+    a rule and an unrelated remark have less ("Keep answers short." / "I'm from Ohio.")."""
+    if a.vector is None or b.vector is None:
+        return False
+    return float(np.dot(np.asarray(a.vector), np.asarray(b.vector))) >= TIED
 
 
 def _close(a: SentenceType, b: SentenceType) -> bool:
@@ -2028,7 +2077,7 @@ def _joined(
     main = roles.index("standing")
     span = [i for i, r in enumerate(roles) if r in ("standing", "beside")]
     lo, hi = span[0], span[-1]
-    joined = " ".join(s[:1].upper() + s[1:] if i > lo else s for i, s in enumerate(said[lo : hi + 1], lo))
+    joined = " ".join(_capitalised(s) if i > lo else s for i, s in enumerate(said[lo : hi + 1], lo))
     return (
         [*said[:lo], joined, *said[hi + 1 :]],
         [*kinds[:lo], kinds[main], *kinds[hi + 1 :]],
@@ -2057,6 +2106,11 @@ def _with_what_it_points_at(pref: str, earlier: list[str]) -> str:
         return pref
     text = as_memory(" ".join(before)).rstrip(".") + ". " + pref
     return text if len(text) <= MAX_MEMORY_CHARS // 2 else pref
+
+
+def _capitalised(sentence: str) -> str:
+    """The sentence with a capital first letter, unless its first word is a name like "iPhone"."""
+    return sentence if re.match(r"^[a-z]+[A-Z]", sentence) else sentence[:1].upper() + sentence[1:]
 
 
 def _join(a: str, b: str) -> str:
