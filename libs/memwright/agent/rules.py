@@ -223,9 +223,7 @@ def as_memory(clause: str) -> str:
     # "Im"/"Ive" as typed without the apostrophe are "I'm"/"I've" ("Im on ubuntu" -> "User is on ubuntu")
     head = re.match(r"^(i'm|im|i am|i've|ive|i have|i'd|i would|i)\b\s*", s, re.I)
     if not head:  # an instruction ("Always answer in metric units") or "User's name is ..."
-        s = _they(s)
-        if not re.match(r"^[a-z]+[A-Z]", s):  # "iOS steps from now on" keeps its "iOS"
-            s = s[:1].upper() + s[1:]
+        s = _capitalised(_they(s))  # "iOS steps from now on" keeps its "iOS"
     else:
         rest = _they(s[head.end() :])
         h = head.group(1).lower()
@@ -2049,21 +2047,23 @@ _KEEP_THAT = re.compile(
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
 
 
+def _cosine_at_least(a: SentenceType, b: SentenceType, floor: float) -> bool:
+    if a.vector is None or b.vector is None:
+        return False
+    return float(np.dot(np.asarray(a.vector), np.asarray(b.vector))) >= floor
+
+
 def _tied(a: SentenceType, b: SentenceType) -> bool:
     """Whether two sentences have anything to do with each other (TIED): a rule and the fact it rests
     on often have little ("Keep recipes to 8 ingredients or fewer." / "I'm not running a restaurant."),
     a rule and an unrelated remark have less ("Keep answers short." / "I'm from Ohio.")."""
-    if a.vector is None or b.vector is None:
-        return False
-    return float(np.dot(np.asarray(a.vector), np.asarray(b.vector))) >= TIED
+    return _cosine_at_least(a, b, TIED)
 
 
 def _close(a: SentenceType, b: SentenceType) -> bool:
     """Whether two sentences are about one thing (CHANGE_TOPIC): "Metric units please." and "Ounces
     mean nothing to me." are; "I'm a nurse." and "Give me Android instructions." are not."""
-    if a.vector is None or b.vector is None:
-        return False
-    return float(np.dot(np.asarray(a.vector), np.asarray(b.vector))) >= CHANGE_TOPIC
+    return _cosine_at_least(a, b, CHANGE_TOPIC)
 
 
 def _joined(
