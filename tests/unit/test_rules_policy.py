@@ -1170,6 +1170,14 @@ async def test_keep_that_in_mind_keeps_what_that_is() -> None:
     assert [("bakery" in m.text, m.evidence) for m in memories] == [(True, ["m1"])]
 
 
+async def test_a_fact_remembered_with_the_rule_that_points_at_it_is_not_also_held() -> None:
+    # the fact is read as a weak signal first; once the rule after it makes one memory of both,
+    # holding it as a hypothesis too would graduate a duplicate later
+    memories, working = await remember(["I'm lactose intolerant. Keep that in mind when suggesting recipes."])
+    assert ["lactose" in m.text for m in memories] == [True]
+    assert working.hypotheses == []
+
+
 async def test_a_change_the_update_reader_finds_in_a_weak_sentence_changes_the_memory() -> None:
     # the sentence also holds a weak signal ("I mostly use you for personal stuff now"): the change
     # comes first, so the old rule does not stay beside a new hypothesis
@@ -1336,6 +1344,8 @@ def test_a_greeting_or_thanks_said_again_says_nothing_changed(text: str) -> None
         ("I live in Boston, so local suggestions there.", "My sister moved to Denver, near my old school.", "Boston"),
         ("I use a Windows laptop.", "My laptop is slow, recommend something new.", "Windows"),
         ("I drive a VW Golf.", "I drive a Chevy Nova on weekends.", "Golf"),
+        # the assistant switched, not the user: the rule said again
+        ("Please reply in Spanish from now on.", "Again, reply in Spanish please, you switched to English.", "Spanish"),
     ],
 )
 async def test_a_word_of_change_in_passing_overwrites_no_unrelated_memory(first: str, later: str, kept: str) -> None:

@@ -657,6 +657,7 @@ _CHANGES = [
         re.I,
     ),
 ]
+_BY_THE_ASSISTANT = re.compile(r"\b(?:you|you've|you have|you just|u)\s*$", re.I)
 _INSTEAD_OF = re.compile(r"\binstead of\s+(?P<old>[^,.;!?]+)", re.I)
 _NEGATIONS = [
     re.compile(r"\bI no longer\s+(?P<old>[^,.;!?]+)", re.I),
@@ -689,6 +690,8 @@ def change_signal(sentence: str) -> ChangeSignal | None:
         return None
     for pattern in _CHANGES:
         m = pattern.search(s) or pattern.search(_CORRECTION.sub("", s))
+        if m and _BY_THE_ASSISTANT.search(m.string[: m.start()]):
+            continue  # "reply in Spanish please, you switched to English": the assistant's slip
         if m:
             instead = _INSTEAD_OF.search(s)
             old, old_relation = _value(m.groupdict().get("old") or (instead.group("old") if instead else None))
@@ -921,7 +924,7 @@ class RulesPolicy:
             )
             if outcome.memory_id:
                 last[conversation] = ("memory", outcome.memory_id)
-            return [outcome.result], None
+            return [outcome.result, *_absorbed(tools, msg, pref if outcome.stored else "")], None
 
         if kind is not None and kind.vector is not None and role == "standing":
             return self._standing(tools, msg, _with_context(body, context), kind, last, changing, around), None
@@ -1857,6 +1860,18 @@ def _drop_held_old_value(tools: MemoryTools, old: tuple[str, str, list[str]], ne
     for h in list(tools.working.hypotheses):
         if set(h.message_ids) <= set(old_evidence) and gone & {_stem(w) for w in content_words(h.statement)}:
             tools.drop_hypothesis(h.id, f"what {memory_id} held changed")
+
+
+def _absorbed(tools: MemoryTools, msg: Message, memory_text: str) -> list[str]:
+    """Drop what was held from this message alone and the memory just made from it now says
+    ("I'm lactose intolerant. Keep that in mind ...": the fact held, then remembered with the rule)."""
+    have = content_words(memory_text)
+    held = [h for h in tools.working.hypotheses if h.message_ids == [msg.message_id]]
+    return [
+        tools.drop_hypothesis(h.id, f"part of the memory made from {msg.message_id}")
+        for h in held
+        if have and content_words(h.statement) <= have
+    ]
 
 
 def _created_id(result: str) -> str | None:
