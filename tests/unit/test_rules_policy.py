@@ -247,6 +247,12 @@ async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_addi
             "imperial",
             " si ",
         ),
+        (  # one time zone at a time
+            "I'm on Eastern time, so convert call times for me.",
+            "Times in JST from now on, please.",
+            "jst",
+            "eastern",
+        ),
     ],
 )
 async def test_a_later_contradicting_preference_updates_the_memory(

@@ -750,7 +750,9 @@ from memwright.agent.lexicon import (  # noqa: E402
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
-EXCLUSIVE_CATEGORIES = {"units", "temperature", "distance", "weight", "volume", "indent", "theme", "spelling", "naming"}
+EXCLUSIVE_CATEGORIES = {
+    "units", "temperature", "distance", "weight", "volume", "indent", "theme", "spelling", "naming", "timezone"
+}
 CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
 
 Ref = tuple[str, str]  # ("memory", memory_id) or ("hypothesis", hypothesis_id)
