@@ -247,6 +247,12 @@ async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_addi
             "imperial",
             " si ",
         ),
+        (  # one spelling at a time, no word of change needed
+            "I'm writing for a US client, so American spelling for everything.",
+            "For my blog I want British spelling, that's what I write in.",
+            "british",
+            "american",
+        ),
         (  # one time zone at a time
             "I'm on Eastern time, so convert call times for me.",
             "Times in JST from now on, please.",

@@ -738,7 +738,6 @@ from memwright.agent.lexicon import (  # noqa: E402
     ENDED,
     HEDGED,
     INSTRUCTION,
-    NOT_CHANGE,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
@@ -751,7 +750,16 @@ from memwright.agent.lexicon import (  # noqa: E402
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
 EXCLUSIVE_CATEGORIES = {
-    "units", "temperature", "distance", "weight", "volume", "indent", "theme", "spelling", "naming", "timezone"
+    "units",
+    "temperature",
+    "distance",
+    "weight",
+    "volume",
+    "indent",
+    "theme",
+    "spelling",
+    "naming",
+    "timezone",
 }
 CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
 
@@ -1533,11 +1541,11 @@ class RulesPolicy:
     def _conflict(self, tools: MemoryTools, text: str, changing: int) -> Memory | None:
         """An agent memory that `text` replaces rather than adds to. `changing` says how clearly
         the user announced a change: CORRECTED ("scratch that", "actually") or CHANGED
-        ("instead", "anymore", "now")."""
+        ("instead", "anymore", "now"). A value of an exclusive category (EXCLUSIVE_CATEGORIES: units,
+        spelling, time zone, ...) replaces another value of it, announced or not."""
         single = self._single_valued_conflict(tools, text)
         if single is not None:
             return single
-        new_rule = NOT_CHANGE.search(text) is not None  # "use grams from now on" after "use pounds"
         want = content_words(text)
         cats = categories(text)
         for m in tools.memories.values():
@@ -1547,14 +1555,13 @@ class RulesPolicy:
             flipped = polarity(m.text) != polarity(text)
             if want and want == have and flipped:
                 return m  # "always use tabs" after "never use tabs"
-            if not (changing or new_rule):
-                continue
             shared = cats & categories(m.text)
-            exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
-            if exclusive and _alternatives(m.text, text, exclusive):
-                return m  # "switch to metric from now on" after "please use imperial units"
+            if shared & EXCLUSIVE_CATEGORIES and _alternatives(m.text, text, shared & EXCLUSIVE_CATEGORIES):
+                return m  # one value at a time: "I want British spelling" after "American spelling"
             if not changing:
                 continue
+            if changing == CORRECTED and shared and _alternatives(m.text, text, shared):
+                return m  # "Actually, make that Ruby" after "write all code in Python 3"
             rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
             if shared and rest and _alternatives(m.text, text, shared):
                 return m  # "from now on answer in Spanish" after "always answer in French"
