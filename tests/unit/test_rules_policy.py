@@ -253,6 +253,18 @@ async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_addi
             "british",
             "american",
         ),
+        (  # one layout of replies at a time
+            "Always format your answers as bullet points please.",
+            "The lists feel choppy, I'd rather read normal paragraphs.",
+            "paragraphs",
+            "bullet",
+        ),
+        (  # one tone at a time
+            "Keep a formal tone with me, I paste your text into client emails.",
+            "Slang and a casual voice are fine with me, I'll tidy things up myself.",
+            "casual",
+            "formal",
+        ),
         (  # one time zone at a time
             "I'm on Eastern time, so convert call times for me.",
             "Times in JST from now on, please.",

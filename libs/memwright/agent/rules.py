@@ -121,6 +121,7 @@ STOP = frozenset(WORDS["stop"])
 # can find the memory about coffee, and related memories can be folded together at the budget.
 CATEGORIES: dict[str, frozenset[str]] = {name: frozenset(ws) for name, ws in WORDS["categories"].items()}
 _CATEGORY_OF: dict[str, str] = {w: name for name, words in CATEGORIES.items() for w in words}
+_TOPIC_OF: dict[str, str] = {part: topic for topic, parts in WORDS["topics"].items() for part in parts}
 
 
 def words(text: str) -> list[str]:
@@ -760,6 +761,9 @@ EXCLUSIVE_CATEGORIES = {
     "spelling",
     "naming",
     "timezone",
+    "tone",
+    "length",
+    "layout",
 }
 CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
 
@@ -1801,8 +1805,13 @@ def _shared_roots(text: str, others: list[str]) -> bool:
     return any(mine & roots(o) for o in others)
 
 
+def topics_of(text: str) -> set[str]:
+    """The categories of `text`, each as the topic it is part of (words.toml `topics`)."""
+    return {_TOPIC_OF.get(c, c) for c in categories(text)}
+
+
 def _relatedness(a: str, b: str) -> float:
-    shared_topic = 1.0 if categories(a) & categories(b) else 0.0
+    shared_topic = 1.0 if topics_of(a) & topics_of(b) else 0.0
     overlap = len(content_words(a) & content_words(b))
     return shared_topic + overlap + cosine(hashing_embed(a), hashing_embed(b))
 
