@@ -1419,3 +1419,27 @@ def test_a_joined_sentence_keeps_a_name_that_starts_in_lower_case() -> None:
 def test_actually_inside_a_sentence_says_nothing_changed() -> None:
     assert not says_changed("markdown files I actually own")
     assert says_changed("Actually, I eat fish.")
+
+
+@pytest.mark.parametrize(
+    "said", ["Use a formal tone with me.", "Be casual with me.", "Keep it formal with me.", "Use British spelling."]
+)
+async def test_a_short_rule_for_the_way_of_writing_is_remembered_at_once(said: str) -> None:
+    # the detector reads these as a task or a weak hint; naming a way of writing makes them a rule
+    memories, working = await remember([said])
+    assert [m.evidence for m in memories] == [["m1"]] and working.hypotheses == []
+
+
+@pytest.mark.parametrize(
+    ("rule", "later"),
+    [
+        ("Keep it casual with me.", "We're a formal household, dinner at 7 sharp, plan recipes around that."),
+        ("Use a formal tone with me.", "I'm a professional photographer, so skip the basics."),
+        ("Keep answers brief please.", "I work long shifts as a nurse, so keep that in mind for meal plans."),
+        ("Bullet points please, always.", "I mostly write prose poetry, keep that in mind."),
+    ],
+)
+async def test_a_word_of_a_way_of_writing_in_a_fact_replaces_no_rule(rule: str, later: str) -> None:
+    # "formal", "professional", "long", "prose" describe the user's life here, not the replies
+    memories, _ = await remember([rule], [later])
+    assert len(memories) == 2, [m.text for m in memories]

@@ -739,6 +739,7 @@ from memwright.agent.lexicon import (  # noqa: E402
     ENDED,
     HEDGED,
     INSTRUCTION,
+    NOT_CHANGE,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
@@ -1042,6 +1043,8 @@ class RulesPolicy:
         def reads_standing(i: int) -> bool:
             if _CONTRAST.search(bodies[i]) and not _A_STATE.match(bodies[i]):
                 return True  # "I edit in Capture One, not Lightroom.": one thing over another, said plainly
+            if _manner_rule(bodies[i]):
+                return True  # "Use a formal tone with me.", "Be casual with me.", "Use British spelling."
             # a rule for the assistant's replies in general needs no margin over the task
             margin = 1.0 if REPLIES.search(bodies[i]) and not scoped(bodies[i]) else TASK_MARGIN
             return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + margin >= kinds[i].p("task")
@@ -1229,6 +1232,10 @@ class RulesPolicy:
         if ended is None or msg.message_id in ended.evidence:
             return None
         return ended if self._closeness(ended.text, vector) >= CHANGE_TOPIC else None
+
+    def _near(self, a: str, b: str) -> bool:
+        """Whether two texts are about the same thing by meaning (CHANGE_TOPIC); never without a model."""
+        return self._embedder() is not None and self._closeness(a, self._vector(b)) >= CHANGE_TOPIC
 
     def _closeness(self, text: str, vector: np.ndarray) -> float:
         """The cosine of `vector` with `text` or the closest of its sentences."""
@@ -1546,10 +1553,12 @@ class RulesPolicy:
         """An agent memory that `text` replaces rather than adds to. `changing` says how clearly
         the user announced a change: CORRECTED ("scratch that", "actually") or CHANGED
         ("instead", "anymore", "now"). A value of an exclusive category (EXCLUSIVE_CATEGORIES: units,
-        spelling, time zone, ...) replaces another value of it, announced or not."""
+        spelling, time zone, ...) replaces another value of it when announced, or when the two are
+        about the same thing (`_near`)."""
         single = self._single_valued_conflict(tools, text)
         if single is not None:
             return single
+        new_rule = NOT_CHANGE.search(text) is not None  # "use grams from now on" after "use pounds"
         want = content_words(text)
         cats = categories(text)
         for m in tools.memories.values():
@@ -1560,8 +1569,15 @@ class RulesPolicy:
             if want and want == have and flipped:
                 return m  # "always use tabs" after "never use tabs"
             shared = cats & categories(m.text)
-            if shared & EXCLUSIVE_CATEGORIES and _alternatives(m.text, text, shared & EXCLUSIVE_CATEGORIES):
-                return m  # one value at a time: "I want British spelling" after "American spelling"
+            if (
+                shared & EXCLUSIVE_CATEGORIES
+                and _alternatives(m.text, text, shared & EXCLUSIVE_CATEGORIES)
+                and (changing or new_rule or (_WANTS.search(text) and self._near(m.text, text)))
+            ):
+                # one value at a time: "switch to metric from now on" after "use imperial units"; said
+                # plainly, only as a wish about the same thing ("I want British spelling" after "American
+                # spelling", not "we're a formal household" after "keep it casual with me")
+                return m
             if not changing:
                 continue
             if changing == CORRECTED and shared and _alternatives(m.text, text, shared):
@@ -1741,6 +1757,30 @@ def _task_bound(body: str) -> bool:
 
 # "Give me ten names", "explain it like I'm five" ask; they disclose nothing
 _OBJECT_SELF = re.compile(r"\b(?:(?:like|as if|as though) (?:i'm|i am|i was|i were)|me|us)\b", re.I)
+
+
+# a wish, in the words of a preference ("I'd rather", "... welcome", "... are fine with me")
+_WANTS = re.compile(r"\b(?:rather|prefer|prefers|want|wants|welcome|fine|please|pls)\b", re.I)
+
+# what a rule for the assistant's way of writing names a value of ("formal", "bullets", "metric")
+MANNER_CATEGORIES = frozenset(
+    {"tone", "length", "layout", "style", "spelling", "language", "units", "temperature", "distance", "weight"}
+    | {"volume", "timezone"}
+)
+_BE_OR_TALK = re.compile(r"^(?:please\s+)?(?:be|talk|speak|answer|reply|respond)\b", re.I)
+
+
+def _manner_rule(body: str) -> bool:
+    """A short instruction that names a way of writing (MANNER_CATEGORIES) and is not tied to the
+    task at hand: "Use a formal tone with me.", "Keep it casual.", "Use British spelling."
+    """
+    return (
+        bool(INSTRUCTION.match(body) or _BE_OR_TALK.match(body))
+        and bool(categories(body) & MANNER_CATEGORIES)
+        and len(words(body)) <= 2 * ADDRESSED_WORDS
+        and not scoped(body)
+        and not material.asks(body)
+    )
 
 
 def _speaks_of_self(body: str) -> bool:
