@@ -247,29 +247,11 @@ async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_addi
             "imperial",
             " si ",
         ),
-        (  # one spelling at a time, no word of change needed
-            "I'm writing for a US client, so American spelling for everything.",
-            "For my blog I want British spelling, that's what I write in.",
-            "british",
-            "american",
-        ),
-        (  # one layout of replies at a time
-            "Always format your answers as bullet points please.",
-            "The lists feel choppy, I'd rather read normal paragraphs.",
-            "paragraphs",
-            "bullet",
-        ),
-        (  # one tone at a time
-            "Keep a formal tone with me, I paste your text into client emails.",
-            "Slang and a casual voice are fine with me, I'll tidy things up myself.",
-            "casual",
-            "formal",
-        ),
         (  # one time zone at a time
-            "I'm on Eastern time, so convert call times for me.",
+            "Always give me meeting times in EST.",
             "Times in JST from now on, please.",
             "jst",
-            "eastern",
+            "est",
         ),
     ],
 )
@@ -1422,7 +1404,7 @@ def test_actually_inside_a_sentence_says_nothing_changed() -> None:
 
 
 @pytest.mark.parametrize(
-    "said", ["Use a formal tone with me.", "Be casual with me.", "Keep it formal with me.", "Use British spelling."]
+    "said", ["Use a formal tone with me.", "Be casual with me.", "Use British spelling.", "Answer in French."]
 )
 async def test_a_short_rule_for_the_way_of_writing_is_remembered_at_once(said: str) -> None:
     # the detector reads these as a task or a weak hint; naming a way of writing makes them a rule
@@ -1437,9 +1419,41 @@ async def test_a_short_rule_for_the_way_of_writing_is_remembered_at_once(said: s
         ("Use a formal tone with me.", "I'm a professional photographer, so skip the basics."),
         ("Keep answers brief please.", "I work long shifts as a nurse, so keep that in mind for meal plans."),
         ("Bullet points please, always.", "I mostly write prose poetry, keep that in mind."),
+        # a wish about something else, or for someone else, is no new rule for the replies
+        ("Keep answers short and to the point.", "I'd rather take the long way home, please plan routes that way."),
+        ("Always answer in a casual tone.", "Please remember my boss prefers a formal tone in reports."),
+        ("Always show times in UTC.", "I'd rather meet at 9am Pacific, please."),
+        ("Use a casual tone with me.", "I'm a professional photographer now, keep that in mind."),
+        ("Always use UTC for timestamps in code.", "I now live in the Pacific Northwest, keep that in mind."),
     ],
 )
 async def test_a_word_of_a_way_of_writing_in_a_fact_replaces_no_rule(rule: str, later: str) -> None:
     # "formal", "professional", "long", "prose" describe the user's life here, not the replies
     memories, _ = await remember([rule], [later])
     assert len(memories) == 2, [m.text for m in memories]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Explain quantum entanglement. Be brief.",
+        "Write an email to my landlord about the broken heater. Keep it short.",
+        "Keep it short.",
+        "Be more detailed.",
+        "Use Celsius for the lab report.",
+        "Keep it formal, it's for the dean.",
+        "Use bullet points so I can paste it into slides.",
+        "What time is the Lakers game tonight? Use PST.",
+    ],
+)
+async def test_a_way_of_writing_for_a_piece_of_work_is_no_rule(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == [], [m.text for m in memories]
+
+
+async def test_a_change_told_to_the_assistant_is_the_users() -> None:
+    # "you" before "I used to" is whom the user told, not who changed
+    memories, _ = await remember(
+        ["I live in Paris, remember that."], ["I told you I used to live in Paris, but now I live in Rome."]
+    )
+    assert [m.text for m in memories] == ["User lives in Rome."]

@@ -121,7 +121,6 @@ STOP = frozenset(WORDS["stop"])
 # can find the memory about coffee, and related memories can be folded together at the budget.
 CATEGORIES: dict[str, frozenset[str]] = {name: frozenset(ws) for name, ws in WORDS["categories"].items()}
 _CATEGORY_OF: dict[str, str] = {w: name for name, words in CATEGORIES.items() for w in words}
-_TOPIC_OF: dict[str, str] = {part: topic for topic, parts in WORDS["topics"].items() for part in parts}
 
 
 def words(text: str) -> list[str]:
@@ -659,6 +658,7 @@ _CHANGES = [
     ),
 ]
 _BY_THE_ASSISTANT = re.compile(r"\b(?:you|you've|you have|you just|u)\s*$", re.I)
+_FIRST_PERSON_OPENING = re.compile(r"i\b", re.I)  # "I told you I used to live in Paris, but ...": the user's
 _INSTEAD_OF = re.compile(r"\binstead of\s+(?P<old>[^,.;!?]+)", re.I)
 _NEGATIONS = [
     re.compile(r"\bI no longer\s+(?P<old>[^,.;!?]+)", re.I),
@@ -691,7 +691,7 @@ def change_signal(sentence: str) -> ChangeSignal | None:
         return None
     for pattern in _CHANGES:
         m = pattern.search(s) or pattern.search(_CORRECTION.sub("", s))
-        if m and _BY_THE_ASSISTANT.search(m.string[: m.start()]):
+        if m and not _FIRST_PERSON_OPENING.match(m.group(0)) and _BY_THE_ASSISTANT.search(m.string[: m.start()]):
             continue  # "reply in Spanish please, you switched to English": the assistant's slip
         if m:
             instead = _INSTEAD_OF.search(s)
@@ -762,9 +762,6 @@ EXCLUSIVE_CATEGORIES = {
     "spelling",
     "naming",
     "timezone",
-    "tone",
-    "length",
-    "layout",
 }
 CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
 
@@ -1043,8 +1040,8 @@ class RulesPolicy:
         def reads_standing(i: int) -> bool:
             if _CONTRAST.search(bodies[i]) and not _A_STATE.match(bodies[i]):
                 return True  # "I edit in Capture One, not Lightroom.": one thing over another, said plainly
-            if _manner_rule(bodies[i]):
-                return True  # "Use a formal tone with me.", "Be casual with me.", "Use British spelling."
+            if _manner_rule(bodies[i]) and not any(material.asks_for_something(b) for b in bodies):
+                return True  # "Use a formal tone with me.", "Use British spelling.": not "Explain X. Be brief."
             # a rule for the assistant's replies in general needs no margin over the task
             margin = 1.0 if REPLIES.search(bodies[i]) and not scoped(bodies[i]) else TASK_MARGIN
             return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + margin >= kinds[i].p("task")
@@ -1232,10 +1229,6 @@ class RulesPolicy:
         if ended is None or msg.message_id in ended.evidence:
             return None
         return ended if self._closeness(ended.text, vector) >= CHANGE_TOPIC else None
-
-    def _near(self, a: str, b: str) -> bool:
-        """Whether two texts are about the same thing by meaning (CHANGE_TOPIC); never without a model."""
-        return self._embedder() is not None and self._closeness(a, self._vector(b)) >= CHANGE_TOPIC
 
     def _closeness(self, text: str, vector: np.ndarray) -> float:
         """The cosine of `vector` with `text` or the closest of its sentences."""
@@ -1552,9 +1545,7 @@ class RulesPolicy:
     def _conflict(self, tools: MemoryTools, text: str, changing: int) -> Memory | None:
         """An agent memory that `text` replaces rather than adds to. `changing` says how clearly
         the user announced a change: CORRECTED ("scratch that", "actually") or CHANGED
-        ("instead", "anymore", "now"). A value of an exclusive category (EXCLUSIVE_CATEGORIES: units,
-        spelling, time zone, ...) replaces another value of it when announced, or when the two are
-        about the same thing (`_near`)."""
+        ("instead", "anymore", "now")."""
         single = self._single_valued_conflict(tools, text)
         if single is not None:
             return single
@@ -1568,20 +1559,14 @@ class RulesPolicy:
             flipped = polarity(m.text) != polarity(text)
             if want and want == have and flipped:
                 return m  # "always use tabs" after "never use tabs"
+            if not (changing or new_rule):
+                continue
             shared = cats & categories(m.text)
-            if (
-                shared & EXCLUSIVE_CATEGORIES
-                and _alternatives(m.text, text, shared & EXCLUSIVE_CATEGORIES)
-                and (changing or new_rule or (_WANTS.search(text) and self._near(m.text, text)))
-            ):
-                # one value at a time: "switch to metric from now on" after "use imperial units"; said
-                # plainly, only as a wish about the same thing ("I want British spelling" after "American
-                # spelling", not "we're a formal household" after "keep it casual with me")
-                return m
+            exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
+            if exclusive and _alternatives(m.text, text, exclusive):
+                return m  # "switch to metric from now on" after "please use imperial units"
             if not changing:
                 continue
-            if changing == CORRECTED and shared and _alternatives(m.text, text, shared):
-                return m  # "Actually, make that Ruby" after "write all code in Python 3"
             rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
             if shared and rest and _alternatives(m.text, text, shared):
                 return m  # "from now on answer in Spanish" after "always answer in French"
@@ -1759,28 +1744,27 @@ def _task_bound(body: str) -> bool:
 _OBJECT_SELF = re.compile(r"\b(?:(?:like|as if|as though) (?:i'm|i am|i was|i were)|me|us)\b", re.I)
 
 
-# a wish, in the words of a preference ("I'd rather", "... welcome", "... are fine with me")
-_WANTS = re.compile(r"\b(?:rather|prefer|prefers|want|wants|welcome|fine|please|pls)\b", re.I)
-
 # what a rule for the assistant's way of writing names a value of ("formal", "bullets", "metric")
 MANNER_CATEGORIES = frozenset(
-    {"tone", "length", "layout", "style", "spelling", "language", "units", "temperature", "distance", "weight"}
-    | {"volume", "timezone"}
+    {"style", "spelling", "language", "units", "temperature", "distance", "weight", "volume", "timezone"}
 )
 _BE_OR_TALK = re.compile(r"^(?:please\s+)?(?:be|talk|speak|answer|reply|respond)\b", re.I)
+_TO_ME = re.compile(r"\b(?:with|to) (?:me|us)\b", re.I)
+_ON_SOMETHING = re.compile(
+    r"\b(?:it|this|that|these|those|the|my|so|for|on|more|less|shorter|longer|simpler|briefer)\b", re.I
+)
 
 
 def _manner_rule(body: str) -> bool:
-    """A short instruction that names a way of writing (MANNER_CATEGORIES) and is not tied to the
-    task at hand: "Use a formal tone with me.", "Keep it casual.", "Use British spelling."
-    """
-    return (
-        bool(INSTRUCTION.match(body) or _BE_OR_TALK.match(body))
-        and bool(categories(body) & MANNER_CATEGORIES)
-        and len(words(body)) <= 2 * ADDRESSED_WORDS
-        and not scoped(body)
-        and not material.asks(body)
-    )
+    """An instruction that names a way of writing (MANNER_CATEGORIES) and says it is for the user
+    ("Use a formal tone with me.", "Be casual with me."), or says only that ("Use British spelling.");
+    not one about a piece of work ("Keep it short.", "Use Celsius for the lab report.", "Be more
+    detailed.")."""
+    if not (INSTRUCTION.match(body) or _BE_OR_TALK.match(body)) or not categories(body) & MANNER_CATEGORIES:
+        return False
+    if scoped(body) or material.asks(body) or len(words(body)) > ADDRESSED_WORDS:
+        return False
+    return not _ON_SOMETHING.search(_TO_ME.sub(" ", body))
 
 
 def _speaks_of_self(body: str) -> bool:
@@ -1845,13 +1829,8 @@ def _shared_roots(text: str, others: list[str]) -> bool:
     return any(mine & roots(o) for o in others)
 
 
-def topics_of(text: str) -> set[str]:
-    """The categories of `text`, each as the topic it is part of (words.toml `topics`)."""
-    return {_TOPIC_OF.get(c, c) for c in categories(text)}
-
-
 def _relatedness(a: str, b: str) -> float:
-    shared_topic = 1.0 if topics_of(a) & topics_of(b) else 0.0
+    shared_topic = 1.0 if categories(a) & categories(b) else 0.0
     overlap = len(content_words(a) & content_words(b))
     return shared_topic + overlap + cosine(hashing_embed(a), hashing_embed(b))
 
