@@ -1457,3 +1457,11 @@ async def test_a_change_told_to_the_assistant_is_the_users() -> None:
         ["I live in Paris, remember that."], ["I told you I used to live in Paris, but now I live in Rome."]
     )
     assert [m.text for m in memories] == ["User lives in Rome."]
+
+
+async def test_an_apology_for_the_message_is_neither_a_memory_nor_a_hint() -> None:
+    # it is about this message; held, it would graduate with any later talk of phones
+    memories, working = await remember(
+        ["sorry for the typos, on my phone. whats the diff between a roth ira and a 401k"]
+    )
+    assert memories == [] and working.hypotheses == []

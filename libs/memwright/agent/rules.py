@@ -1034,6 +1034,7 @@ class RulesPolicy:
             and not _holds_a_question(bodies[i])
             and not _someone_elses(bodies[i])
             and not _VERDICT.match(bodies[i])
+            and not _APOLOGY.match(bodies[i])
             and _addressed(bodies[i])
         ]
 
@@ -1083,7 +1084,7 @@ class RulesPolicy:
                     if length <= BESIDE_WORDS:
                         roles[j] = "beside"
             return roles
-        mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
+        mine = [i for i in sure if not OUTSIDERS.match(bodies[i]) and not _APOLOGY.match(bodies[i])]
         if not mine:
             return roles
         weak = max(mine, key=lambda i: kinds[i].p("weak") + kinds[i].p("standing"))
@@ -2070,6 +2071,8 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 
 
 # "this is really helpful, thank you": a verdict on the reply just given, no rule for the next ones
+# an apology for this message is about this message ("sorry for the typos, on my phone")
+_APOLOGY = re.compile(r"^(?:sorry|apologies|pardon)\s+(?:for|about)\b", re.I)
 _VERDICT = re.compile(
     r"^(?:this|that|it|these|those)(?:'s|'re| is| was| are| were)\s+(?:\w+\s+){0,2}?(?:helpful|useful|great|"
     r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
