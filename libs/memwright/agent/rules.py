@@ -751,18 +751,7 @@ from memwright.agent.lexicon import (  # noqa: E402
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
 # one of them replaces the old memory even when nothing else in the wording overlaps.
-EXCLUSIVE_CATEGORIES = {
-    "units",
-    "temperature",
-    "distance",
-    "weight",
-    "volume",
-    "indent",
-    "theme",
-    "spelling",
-    "naming",
-    "timezone",
-}
+EXCLUSIVE_CATEGORIES = {"units", "temperature", "distance", "weight", "volume", "indent", "theme", "spelling", "naming"}
 CHANGED, CORRECTED = 1, 2  # how clearly a sentence says it replaces an earlier preference
 
 Ref = tuple[str, str]  # ("memory", memory_id) or ("hypothesis", hypothesis_id)
@@ -1746,9 +1735,7 @@ _OBJECT_SELF = re.compile(r"\b(?:(?:like|as if|as though) (?:i'm|i am|i was|i we
 
 
 # what a rule for the assistant's way of writing names a value of ("formal", "bullets", "metric")
-MANNER_CATEGORIES = frozenset(
-    {"style", "spelling", "language", "units", "temperature", "distance", "weight", "volume", "timezone"}
-)
+MANNER_CATEGORIES = frozenset({"style", "spelling", "language", "units", "temperature", "distance", "weight", "volume"})
 _BE_OR_TALK = re.compile(r"^(?:please\s+)?(?:be|talk|speak|answer|reply|respond)\b", re.I)
 _TO_ME = re.compile(r"\b(?:with|to) (?:me|us)\b", re.I)
 _ON_SOMETHING = re.compile(
@@ -1758,14 +1745,14 @@ _ON_SOMETHING = re.compile(
 
 def _manner_rule(body: str) -> bool:
     """An instruction that names a way of writing (MANNER_CATEGORIES) and says it is for the user
-    ("Use a formal tone with me.", "Be casual with me."), or says only that ("Use British spelling.");
-    not one about a piece of work ("Keep it short.", "Use Celsius for the lab report.", "Be more
-    detailed.")."""
+    ("Use a formal tone with me.", "Be casual with me."); not a bare one, which is as often a
+    follow-up to a task ("Be brief." after "Explain the causes of WW1."), nor one about a piece of
+    work ("Keep it short with me, this is for my boss.")."""
     if not (INSTRUCTION.match(body) or _BE_OR_TALK.match(body)) or not categories(body) & MANNER_CATEGORIES:
         return False
     if scoped(body) or material.asks(body) or len(words(body)) > ADDRESSED_WORDS:
         return False
-    return not _ON_SOMETHING.search(_TO_ME.sub(" ", body))
+    return _TO_ME.search(body) is not None and not _ON_SOMETHING.search(_TO_ME.sub(" ", body))
 
 
 def _speaks_of_self(body: str) -> bool:
