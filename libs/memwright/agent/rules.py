@@ -980,31 +980,13 @@ class RulesPolicy:
             return roles
         bodies = [strip_lead_in(s) for s in said]
         complaint = next((i for i, b in enumerate(bodies) if _COMPLAINT.match(b) and not scoped(b)), None)
+        # not "you keep getting the date wrong": the task at hand, as the detector reads it
         if (
             complaint is not None
             and complaint + 1 < len(said)
             and kinds[complaint].p("standing") + TASK_MARGIN >= kinds[complaint].p("task")
         ):
-            # "You keep hedging. Stop. Lead with the recommendation.": a habit of the assistant's the
-            # user complains of, and what to do instead, is one standing rule (not "you keep getting
-            # the date wrong": the task at hand, as the detector reads it)
-            roles[complaint] = "standing"
-            length = len(words(said[complaint]))
-            for j in range(complaint + 1, min(len(said), complaint + 3)):
-                length += len(words(said[j]))
-                if (
-                    material.asks(bodies[j])
-                    or scoped(bodies[j])
-                    or length > BESIDE_WORDS
-                    or _speaks_of_self(bodies[j])  # "I want hotels in Rome, not Milan.", "I'm a nurse, by the way."
-                    or (material.is_request(bodies[j]) and len(words(bodies[j])) > 3)  # "Add it to step 3."
-                    or bodies[j].lower().startswith("anyway")
-                ):
-                    break
-                roles[j] = "beside"
-            if "beside" not in roles:  # a complaint alone is no rule: "You always make me laugh."
-                roles[complaint] = None
-            return roles
+            return _complaint_roles(said, bodies, complaint)
         sure = [i for i, b in enumerate(bodies) if not UNSURE.search(b)]
         if not sure:
             return roles
@@ -1722,6 +1704,29 @@ _ASIDE = re.compile(
     r"^(?:also|and also|oh and|by the way|btw|for the record|just so you know|fyi|ps|p\.s\.)\b", re.IGNORECASE
 )
 _HABIT = re.compile(r"\b(?:always|never|every|usually|generally|whenever)\b", re.I)
+
+
+def _complaint_roles(said: list[str], bodies: list[str], complaint: int) -> list[str | None]:
+    """ "You keep hedging. Stop. Lead with the recommendation.": a habit of the assistant's the user
+    complains of (sentence `complaint`) and what to do instead, the sentences after it, are one
+    standing rule; a complaint alone is none ("You always make me laugh.")."""
+    roles: list[str | None] = [None] * len(said)
+    length = len(words(said[complaint]))
+    for j in range(complaint + 1, min(len(said), complaint + 3)):
+        length += len(words(said[j]))
+        if (
+            material.asks(bodies[j])
+            or scoped(bodies[j])
+            or length > BESIDE_WORDS
+            or _speaks_of_self(bodies[j])  # "I want hotels in Rome, not Milan.", "I'm a nurse, by the way."
+            or (material.is_request(bodies[j]) and len(words(bodies[j])) > 3)  # "Add it to step 3."
+            or bodies[j].lower().startswith("anyway")
+        ):
+            break
+        roles[j] = "beside"
+    if "beside" in roles:
+        roles[complaint] = "standing"
+    return roles
 
 
 def _task_bound(body: str) -> bool:
