@@ -1454,14 +1454,6 @@ async def test_a_change_told_to_the_assistant_is_the_users() -> None:
     assert [m.text for m in memories] == ["User lives in Rome."]
 
 
-async def test_an_apology_for_the_message_is_neither_a_memory_nor_a_hint() -> None:
-    # it is about this message; held, it would graduate with any later talk of phones
-    memories, working = await remember(
-        ["sorry for the typos, on my phone. whats the diff between a roth ira and a 401k"]
-    )
-    assert memories == [] and working.hypotheses == []
-
-
 @pytest.mark.parametrize(
     ("task", "follow_up"),
     [("Explain the causes of WW1.", "Be brief."), ("How tall is the Eiffel Tower?", "Use metric.")],
@@ -1469,3 +1461,15 @@ async def test_an_apology_for_the_message_is_neither_a_memory_nor_a_hint() -> No
 async def test_a_bare_way_of_writing_after_a_task_is_no_rule(task: str, follow_up: str) -> None:
     memories, _ = await remember([task, follow_up])
     assert memories == [], [m.text for m in memories]
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        ("Note for the future: I'm left-handed.", "User is left-handed."),
+        ("Update your memory: I moved to Oslo.", "User moved to Oslo."),
+    ],
+)
+async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: str, kept: str) -> None:
+    memories, _ = await remember([said])
+    assert [m.text for m in memories] == [kept]

@@ -93,13 +93,21 @@ ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-p
 
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
+# a lead-in addressed to the memory, up to a colon: "Note for the future:", "Save this to memory:",
+# "Update your memory:" -- what follows is to be remembered
+_FOR_THE_MEMORY = (
+    r"(?:please\s+)?(?:note|save|add|put|store|remember|keep|update|log|write)\b[^:.!?]{0,30}?"
+    r"\b(?:memory|memories|future|this|that|down)\b[^:.!?]{0,12}:\s*"
+)
+FOR_THE_MEMORY = re.compile(rf"^(?:{_FOR_THE_MEMORY})", re.I)
 _LEAD_IN = re.compile(
     r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
-    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*))+",
+    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)|"
+    rf"(?:{_FOR_THE_MEMORY}))+",
     re.IGNORECASE,
 )
 # sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python")
@@ -1005,13 +1013,14 @@ class RulesPolicy:
             and not _holds_a_question(bodies[i])
             and not _someone_elses(bodies[i])
             and not _VERDICT.match(bodies[i])
-            and not _APOLOGY.match(bodies[i])
             and _addressed(bodies[i])
         ]
 
         def reads_standing(i: int) -> bool:
             if _CONTRAST.search(bodies[i]) and not _A_STATE.match(bodies[i]):
                 return True  # "I edit in Capture One, not Lightroom.": one thing over another, said plainly
+            if FOR_THE_MEMORY.match(said[i].strip()):
+                return True  # "Update your memory: I moved to Oslo.": said to be remembered
             if _manner_rule(bodies[i]) and not any(material.asks_for_something(b) for b in bodies):
                 return True  # "Use a formal tone with me.", "Use British spelling.": not "Explain X. Be brief."
             # a rule for the assistant's replies in general needs no margin over the task
@@ -1055,7 +1064,7 @@ class RulesPolicy:
                     if length <= BESIDE_WORDS:
                         roles[j] = "beside"
             return roles
-        mine = [i for i in sure if not OUTSIDERS.match(bodies[i]) and not _APOLOGY.match(bodies[i])]
+        mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
         if not mine:
             return roles
         weak = max(mine, key=lambda i: kinds[i].p("weak") + kinds[i].p("standing"))
@@ -2063,8 +2072,6 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 
 
 # "this is really helpful, thank you": a verdict on the reply just given, no rule for the next ones
-# an apology for this message is about this message ("sorry for the typos, on my phone")
-_APOLOGY = re.compile(r"^(?:sorry|apologies|pardon)\s+(?:for|about)\b", re.I)
 _VERDICT = re.compile(
     r"^(?:this|that|it|these|those)(?:'s|'re| is| was| are| were)\s+(?:\w+\s+){0,2}?(?:helpful|useful|great|"
     r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
