@@ -1363,6 +1363,16 @@ async def test_a_word_of_change_in_passing_overwrites_no_unrelated_memory(first:
         "My flight is at 9pm, not 9am.",
         "You keep forgetting the garlic. Add it to step 3.",  # a complaint about this answer
         "You always make me laugh. Tell me another joke.",
+        # a way of writing for a piece of work, not for the user
+        "Explain quantum entanglement. Be brief.",
+        "Write an email to my landlord about the broken heater. Keep it short.",
+        "Keep it short.",
+        "Be more detailed.",
+        "Use Celsius for the lab report.",
+        "Keep it formal, it's for the dean.",
+        "Use bullet points so I can paste it into slides.",
+        "What time is the Lakers game tonight? Use PST.",
+        "Keep it short with me, this is for my boss.",
     ],
 )
 async def test_these_are_no_standing_rules(said: str) -> None:
@@ -1425,25 +1435,6 @@ async def test_a_word_of_a_way_of_writing_in_a_fact_replaces_no_rule(rule: str, 
     # "formal", "professional", "long", "prose" describe the user's life here, not the replies
     memories, _ = await remember([rule], [later])
     assert len(memories) == 2, [m.text for m in memories]
-
-
-@pytest.mark.parametrize(
-    "said",
-    [
-        "Explain quantum entanglement. Be brief.",
-        "Write an email to my landlord about the broken heater. Keep it short.",
-        "Keep it short.",
-        "Be more detailed.",
-        "Use Celsius for the lab report.",
-        "Keep it formal, it's for the dean.",
-        "Use bullet points so I can paste it into slides.",
-        "What time is the Lakers game tonight? Use PST.",
-        "Keep it short with me, this is for my boss.",
-    ],
-)
-async def test_a_way_of_writing_for_a_piece_of_work_is_no_rule(said: str) -> None:
-    memories, _ = await remember([said])
-    assert memories == [], [m.text for m in memories]
 
 
 async def test_a_change_told_to_the_assistant_is_the_users() -> None:

@@ -91,8 +91,6 @@ ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-p
 
 # ---- words -------------------------------------------------------------------------------
 
-# "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
-# follow-up questions" must not become "Follow-up questions.")
 # a lead-in addressed to the memory, up to a colon: "Note for the future:", "Save this to memory:",
 # "Update your memory:" -- what follows is to be remembered
 _FOR_THE_MEMORY = (
@@ -100,6 +98,9 @@ _FOR_THE_MEMORY = (
     r"\b(?:memory|memories|future|this|that|down)\b[^:.!?]{0,12}:\s*"
 )
 FOR_THE_MEMORY = re.compile(rf"^(?:{_FOR_THE_MEMORY})", re.I)
+
+# "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
+# follow-up questions" must not become "Follow-up questions.")
 _LEAD_IN = re.compile(
     r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
@@ -1022,7 +1023,7 @@ class RulesPolicy:
             if FOR_THE_MEMORY.match(said[i].strip()):
                 return True  # "Update your memory: I moved to Oslo.": said to be remembered
             if _manner_rule(bodies[i]) and not any(material.asks_for_something(b) for b in bodies):
-                return True  # "Use a formal tone with me.", "Use British spelling.": not "Explain X. Be brief."
+                return True  # "Use a formal tone with me.": not "Explain X. Be brief."
             # a rule for the assistant's replies in general needs no margin over the task
             margin = 1.0 if REPLIES.search(bodies[i]) and not scoped(bodies[i]) else TASK_MARGIN
             return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + margin >= kinds[i].p("task")
