@@ -178,8 +178,15 @@ def train(embedder: object) -> tuple[SentenceHead, list[tuple[str, str]], str]:
     texts = [t for t, _ in data]
     y = np.asarray([LABELS.index(label) for _, label in data])
     w, b = fit(features(embedder, texts), y)
-    digest = hashlib.sha256("\n".join(f"{label}\t{t}" for t, label in data).encode()).hexdigest()[:16]
-    return SentenceHead(w, b, VERSION), data, digest
+    return SentenceHead(w, b, VERSION), data, sentences_digest(data)
+
+
+def sentences_digest(data: list[tuple[str, str]]) -> str:
+    """The labelled sentences and their pattern-detector features: a change to rules.py or
+    words.toml that changes what the head is trained on changes this digest, so the fast unit test
+    (tests/unit/test_training_data.py) says `make train` is due without running the model."""
+    rows = (f"{label}\t{t}\t{rule_features(t)}" for t, label in data)
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
 
 
 def _cited_sentences(texts: dict[str, str], ids: list[str], needles: list[str]) -> list[str]:
@@ -238,7 +245,9 @@ def train_replace(embedder: object) -> tuple[ReplaceHead, list[tuple[str, str, b
 
 
 def pairs_digest(data: list[tuple[str, str, bool]]) -> str:
-    return hashlib.sha256("\n".join(f"{int(r)}\t{m}\t{s}" for m, s, r in data).encode()).hexdigest()[:16]
+    """The labelled pairs and their one word feature (says_changed), as sentences_digest."""
+    rows = (f"{int(r)}\t{m}\t{s}\t{says_changed(s)}" for m, s, r in data)
+    return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
 
 
 def save_replace(head: ReplaceHead, digest: str, path: Path = REPLACE_FILE) -> None:
