@@ -184,7 +184,7 @@ def train(embedder: object) -> tuple[SentenceHead, list[tuple[str, str]], str]:
 def sentences_digest(data: list[tuple[str, str]]) -> str:
     """The labelled sentences and their pattern-detector features: a change to rules.py or
     words.toml that changes what the head is trained on changes this digest, so the fast unit test
-    (tests/unit/test_training_data.py) says `make train` is due without running the model."""
+    (tests/unit/test_classify.py) says `make train` is due without running the model."""
     rows = (f"{label}\t{t}\t{rule_features(t)}" for t, label in data)
     return hashlib.sha256("\n".join(rows).encode()).hexdigest()[:16]
 
