@@ -1356,6 +1356,18 @@ async def test_a_word_of_change_in_passing_overwrites_no_unrelated_memory(first:
 
 
 @pytest.mark.parametrize(
+    ("said", "slip"),
+    [
+        ("Reply in Spanish please, you switched to English.", True),
+        ("thanks to you switched to neovim last month", False),  # the user dropped the "I"
+        ("because of you switched to green tea", False),
+    ],
+)
+def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(said: str, slip: bool) -> None:
+    assert (rules.change_signal(said) is None) is slip
+
+
+@pytest.mark.parametrize(
     "said",
     [
         "Tell me more about black holes.",  # a request after "me", not a manner
@@ -1373,6 +1385,8 @@ async def test_a_word_of_change_in_passing_overwrites_no_unrelated_memory(first:
         "Use bullet points so I can paste it into slides.",
         "What time is the Lakers game tonight? Use PST.",
         "Keep it short with me, this is for my boss.",
+        "Be brief with me now.",  # for now, or why this time
+        "Be casual with me, I'm bored.",
     ],
 )
 async def test_these_are_no_standing_rules(said: str) -> None:
@@ -1408,7 +1422,15 @@ def test_actually_inside_a_sentence_says_nothing_changed() -> None:
 
 
 @pytest.mark.parametrize(
-    "said", ["Use a formal tone with me.", "Be casual with me.", "Speak to me in British English.", "Answer in French."]
+    "said",
+    [
+        "Use a formal tone with me.",
+        "Be casual with me.",
+        "Be casual with me from now on.",
+        "Be brief with me, please.",
+        "Speak to me in British English.",
+        "Answer in French.",
+    ],
 )
 async def test_a_short_rule_for_the_way_of_writing_is_remembered_at_once(said: str) -> None:
     # the detector reads these as a task or a weak hint; naming a way of writing makes them a rule

@@ -666,7 +666,8 @@ _CHANGES = [
         re.I,
     ),
 ]
-_BY_THE_ASSISTANT = re.compile(r"\b(?:you|you've|you have|you just|u)\s*$", re.I)
+# "you" as the subject, not "thanks to you switched to neovim" (the user dropped the "I")
+_BY_THE_ASSISTANT = re.compile(r"(?<!\bto )(?<!\bof )(?<!\blike )\b(?:you|you've|you have|you just|u)\s*$", re.I)
 _FIRST_PERSON_OPENING = re.compile(r"i\b", re.I)  # "I told you I used to live in Paris, but ...": the user's
 _INSTEAD_OF = re.compile(r"\binstead of\s+(?P<old>[^,.;!?]+)", re.I)
 _NEGATIONS = [
@@ -1756,6 +1757,9 @@ _TO_ME = re.compile(r"\b(?:with|to) (?:me|us)\b", re.I)
 _ON_SOMETHING = re.compile(
     r"\b(?:it|this|that|these|those|the|my|so|for|on|more|less|shorter|longer|simpler|briefer)\b", re.I
 )
+_JUST_NOW = re.compile(r"(?<!\bfrom )\bnow\b(?! on\b)", re.I)  # "Be brief with me now.", not "from now on"
+# a clause after the rule says why this time ("Be casual with me, I'm bored."); "..., please" does not
+_CLAUSE_AFTER = re.compile(r"[,;:\u2013\u2014]\s*(?!(?:please|always|thanks|from now on|going forward)\b)\w", re.I)
 
 
 def _manner_rule(body: str) -> bool:
@@ -1767,7 +1771,10 @@ def _manner_rule(body: str) -> bool:
         return False
     if scoped(body) or material.asks(body) or len(words(body)) > ADDRESSED_WORDS:
         return False
-    return _TO_ME.search(body) is not None and not _ON_SOMETHING.search(_TO_ME.sub(" ", body))
+    to_me = _TO_ME.search(body)
+    if to_me is None or _JUST_NOW.search(body) or _CLAUSE_AFTER.search(body, to_me.end()):
+        return False
+    return not _ON_SOMETHING.search(_TO_ME.sub(" ", body))
 
 
 def _speaks_of_self(body: str) -> bool:
