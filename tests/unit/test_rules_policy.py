@@ -1486,3 +1486,25 @@ async def test_a_bare_way_of_writing_after_a_task_is_no_rule(task: str, follow_u
 async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: str, kept: str) -> None:
     memories, _ = await remember([said])
     assert [m.text for m in memories] == [kept]
+
+
+@pytest.mark.parametrize(
+    ("first", "then", "kept"),
+    [
+        ("I live in Bergen.", "Update your memory: I moved to Oslo.", "User lives in Oslo."),
+        ("I drink coffee every morning.", "Note for the future: I switched from coffee to tea.", "tea"),
+    ],
+)
+async def test_a_change_said_to_the_memory_is_remembered_at_once_even_over_a_hypothesis(
+    first: str, then: str, kept: str
+) -> None:
+    memories, working = await remember([first], [then])
+    assert [m.evidence for m in memories] == [["m2"]], [m.text for m in memories]
+    assert kept in memories[0].text
+    assert working.hypotheses == []
+
+
+async def test_a_change_said_in_passing_over_a_hypothesis_is_held_again() -> None:
+    memories, working = await remember(["I live in Bergen."], ["I moved to Oslo."])
+    assert memories == []
+    assert [h.statement for h in working.hypotheses] == ["User lives in Oslo"]

@@ -903,7 +903,7 @@ class RulesPolicy:
 
         change = change_signal(sentence) if _may_change(sentence) else None  # not "my son switched to Python"
         if change is not None:
-            done = self._change(tools, msg, change, last)
+            done = self._change(tools, msg, change, last, to_memory=FOR_THE_MEMORY.match(sentence) is not None)
             if done:
                 return done, None
 
@@ -1366,7 +1366,11 @@ class RulesPolicy:
         )
 
     # ---- changes -----------------------------------------------------------------------
-    def _change(self, tools: MemoryTools, msg: Message, change: ChangeSignal, last: dict[str, Ref]) -> list[str]:
+    def _change(
+        self, tools: MemoryTools, msg: Message, change: ChangeSignal, last: dict[str, Ref], to_memory: bool = False
+    ) -> list[str]:
+        """`to_memory`: the change was said to the memory ("Update your memory: I moved to Oslo."), so the
+        new value of a held hypothesis is remembered at once rather than held again."""
         evidence = [msg.message_id]
         target: Ref | None = None
         if change.relation in SINGLE_VALUED and change.new:
@@ -1407,6 +1411,11 @@ class RulesPolicy:
         results = [tools.drop_hypothesis(tid, f"contradicted by {msg.message_id}")]
         if change.new:
             statement = self._changed_text(hypothesis.statement, change).rstrip(".")
+            if to_memory:
+                outcome = self._remember(tools, statement + ".", evidence, changing=CHANGED, said=msg.text)
+                if outcome.memory_id:
+                    last[msg.conversation_id] = ("memory", outcome.memory_id)
+                return [*results, outcome.result]
             results.append(_note(tools, statement, evidence))
             last[msg.conversation_id] = ("hypothesis", hypothesis_id(statement))
         return results
