@@ -1481,6 +1481,8 @@ async def test_a_bare_way_of_writing_after_a_task_is_no_rule(task: str, follow_u
     [
         ("Note for the future: I'm left-handed.", "User is left-handed."),
         ("Update your memory: I moved to Oslo.", "User moved to Oslo."),
+        ("One thing to keep in mind: I'm left-handed.", "User is left-handed."),
+        ("Something you should know about me: I'm diabetic.", "User is diabetic."),
     ],
 )
 async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: str, kept: str) -> None:

@@ -94,21 +94,24 @@ ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-p
 # a lead-in addressed to the memory, up to a colon: "Note for the future:", "Save this to memory:",
 # "Update your memory:" -- what follows is to be remembered
 _FOR_THE_MEMORY = (
-    r"(?:please\s+)?(?:note|save|add|put|store|remember|keep|update|log|write)\b[^:.!?]{0,30}?"
-    r"\b(?:memory|memories|future|this|that|down)\b[^:.!?]{0,12}:\s*"
+    r"(?:(?:please\s+)?(?:note|save|add|put|store|remember|keep|update|log|write)\b[^:.!?]{0,30}?"
+    r"\b(?:memory|memories|future|this|that|down)\b[^:.!?]{0,12}:\s*|"
+    # "One real thing to remember:", "Something you should know about me:"
+    r"(?:one|a|another|something|an)\b[^:.!?]{0,20}?\b(?:to|you\s+should|you\s+need\s+to|you\s+must)\s+"
+    r"(?:remember|know|note|keep\s+in\s+mind)\b[^:.!?]{0,16}:\s*)"
 )
 FOR_THE_MEMORY = re.compile(rf"^(?:{_FOR_THE_MEMORY})", re.I)
 
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
 _LEAD_IN = re.compile(
-    r"^(?:(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
+    rf"^(?:(?:{_FOR_THE_MEMORY})|"  # first: "One thing to keep in mind:" is one lead-in, not "One thing"
+    r"(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
-    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)|"
-    rf"(?:{_FOR_THE_MEMORY}))+",
+    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*))+",
     re.IGNORECASE,
 )
 # sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python")
