@@ -1387,6 +1387,7 @@ def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(
         "Keep it short with me, this is for my boss.",
         "Be brief with me now.",  # for now, or why this time
         "Be casual with me, I'm bored.",
+        "A few things to note: it's for my boss, keep it under 200 words.",  # not a lead-in to the memory
     ],
 )
 async def test_these_are_no_standing_rules(said: str) -> None:

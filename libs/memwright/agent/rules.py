@@ -96,9 +96,11 @@ ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-p
 _FOR_THE_MEMORY = (
     r"(?:(?:please\s+)?(?:note|save|add|put|store|remember|keep|update|log|write)\b[^:.!?]{0,30}?"
     r"\b(?:memory|memories|future|this|that|down)\b[^:.!?]{0,12}:\s*|"
-    # "One real thing to remember:", "Something you should know about me:"
+    # "One real thing to remember:", "Something you should know about me:" (not "A few things to note:",
+    # "One thing to remember for this trip:", which are about the task at hand)
     r"(?:one|a|another|something|an)\b[^:.!?]{0,20}?\b(?:to|you\s+should|you\s+need\s+to|you\s+must)\s+"
-    r"(?:remember|know|note|keep\s+in\s+mind)\b[^:.!?]{0,16}:\s*)"
+    r"(?:(?:remember|keep\s+in\s+mind)(?:\s+about\s+(?:me|us)|\s+for\s+the\s+future|\s+going\s+forward)?|"
+    r"(?:know|note)\s+about\s+(?:me|us))\s*:\s*)"
 )
 FOR_THE_MEMORY = re.compile(rf"^(?:{_FOR_THE_MEMORY})", re.I)
 
