@@ -1170,6 +1170,27 @@ async def test_keep_that_in_mind_keeps_what_that_is() -> None:
     assert [("bakery" in m.text, m.evidence) for m in memories] == [(True, ["m1"])]
 
 
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        ("I'm a night nurse. Remember that.", "User is a night nurse."),
+        ("I hate cilantro. Please remember that.", "User hates cilantro."),
+        ("I'm vegan. Keep that in mind.", "User is vegan."),
+        ("I'm a night nurse, remember that.", "User is a night nurse."),
+    ],
+)
+async def test_remember_that_is_a_pointer_not_part_of_the_memory(said: str, kept: str) -> None:
+    # the bare pointer once became the memory's last sentence ("User hates cilantro. That.")
+    memories, _ = await remember([said])
+    assert [(m.text, m.evidence) for m in memories] == [(kept, ["m1"])]
+
+
+@pytest.mark.parametrize("said", ["Remember that.", "Write me a poem about cats. Remember that."])
+async def test_remember_that_with_nothing_of_the_users_before_it_is_no_memory(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == [], [m.text for m in memories]
+
+
 async def test_a_fact_remembered_with_the_rule_that_points_at_it_is_not_also_held() -> None:
     # the fact is read as a weak signal first; once the rule after it makes one memory of both,
     # holding it as a hypothesis too would graduate a duplicate later
@@ -1496,6 +1517,9 @@ async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: st
     [
         ("I live in Bergen.", "Update your memory: I moved to Oslo.", "User lives in Oslo."),
         ("I drink coffee every morning.", "Note for the future: I switched from coffee to tea.", "tea"),
+        # after an opener or two, it is still said to the memory
+        ("I live in Bergen.", "Ok, update your memory: I moved to Oslo.", "User lives in Oslo."),
+        ("I live in Bergen.", "Oh and btw, note for the future: I moved to Oslo.", "User lives in Oslo."),
     ],
 )
 async def test_a_change_said_to_the_memory_is_remembered_at_once_even_over_a_hypothesis(

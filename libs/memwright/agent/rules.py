@@ -102,20 +102,21 @@ _FOR_THE_MEMORY = (
     r"(?:(?:remember|keep\s+in\s+mind)(?:\s+about\s+(?:me|us)|\s+for\s+the\s+future|\s+going\s+forward)?|"
     r"(?:know|note)\s+about\s+(?:me|us))\s*:\s*)"
 )
-FOR_THE_MEMORY = re.compile(rf"^(?:{_FOR_THE_MEMORY})", re.I)
-
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
-_LEAD_IN = re.compile(
-    rf"^(?:(?:{_FOR_THE_MEMORY})|"  # first: "One thing to keep in mind:" is one lead-in, not "One thing"
+_OPENER = (
     r"(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
-    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*))+",
-    re.IGNORECASE,
+    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)"
 )
+# said to the memory, after any openers ("Ok, update your memory: I moved to Oslo.")
+FOR_THE_MEMORY = re.compile(rf"^(?:{_OPENER})*(?:{_FOR_THE_MEMORY})", re.I)
+# the memory's lead-in first: "One thing to keep in mind:" is one lead-in, not "One thing"
+_LEAD_IN = re.compile(rf"^(?:(?:{_FOR_THE_MEMORY})|{_OPENER})+", re.IGNORECASE)
+
 # sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python")
 _SPLIT = re.compile(
     r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
@@ -226,7 +227,8 @@ _REQUEST_PREFIX = re.compile(
 
 def as_memory(clause: str) -> str:
     """A clause the user wrote, as the text of a memory: no lead-in, third person, one sentence."""
-    s = strip_lead_in(clause).strip().rstrip(" .!;,")
+    s = strip_lead_in(clause).strip()
+    s = (_TRAILING_POINTER.sub("", s) if not _BARE_POINTER.match(s) else s).rstrip(" .!;,")  # ", remember that"
     s = _REQUEST_PREFIX.sub("", s)
     s = re.sub(r"^(?:please|kindly)[\s,]+", "", s, flags=re.I)
     s = re.sub(r"^(?:can|could|would|will) you (?:please )?", "", s, flags=re.I).rstrip(" ?")
@@ -928,6 +930,10 @@ class RulesPolicy:
                 pref = as_memory(pending).rstrip(".") + ". " + pref  # "... ISO format. Always use that."
             elif context and _PERSON.search(body) and kind is not None and kind.vector is not None:
                 pref = as_memory(context).rstrip(".") + ". " + pref  # "David and I separated. Don't bring him up."
+            elif _BARE_POINTER.match(body):  # "I'm a night nurse. Remember that.": the sentence before
+                pref = _with_what_it_points_at("", earlier or [])
+                if not pref:
+                    return [], None
             elif earlier and (len(words(body)) <= 8 or _KEEP_THAT.match(body)) and _POINTS_BACK.search(body):
                 # "Skip the Beko, I've had two of theirs break. Never again with that brand."
                 pref = _with_what_it_points_at(pref, earlier)
@@ -2121,6 +2127,13 @@ _KEEP_THAT = re.compile(
     re.I,
 )
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
+# "Remember that.", "Please keep that in mind": nothing but a pointer at what was said before it
+_POINTER = (
+    r"(?:please\s+)?(?:(?:keep|bear)\s+(?:that|this|it)\s+in\s+mind|(?:remember|note|store|save|don't forget|"
+    r"do not forget)\s+(?:that|this|it))(?:,?\s+(?:please|for the future|going forward|for next time|for later))?"
+)
+_BARE_POINTER = re.compile(rf"^{_POINTER}[\s.!]*$", re.I)
+_TRAILING_POINTER = re.compile(rf"(?:\s*[,;:.!]\s*|\s+[-\u2013\u2014]+\s+)(?:so\s+|and\s+)?{_POINTER}[\s.!]*$", re.I)
 
 
 def _cosine_at_least(a: SentenceType, b: SentenceType, floor: float) -> bool:
@@ -2180,7 +2193,7 @@ def _with_what_it_points_at(pref: str, earlier: list[str]) -> str:
         before.insert(0, sentence)
     if not before:
         return pref
-    text = as_memory(" ".join(before)).rstrip(".") + ". " + pref
+    text = as_memory(" ".join(before)) if not pref else as_memory(" ".join(before)).rstrip(".") + ". " + pref
     return text if len(text) <= MAX_MEMORY_CHARS // 2 else pref
 
 
