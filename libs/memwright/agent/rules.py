@@ -23,9 +23,9 @@ labelled data in the repo), which reads what the patterns miss, in any wording:
 Only the user's own words are read (material.py): pasted drafts, quotations, code and role-play are
 not the user speaking. A message the guard refuses (an instruction to the assistant, a claim of
 authority), or with a sentence the detector is sure speaks to the memory or its rules (META_AT), is
-no source at all: its other sentences are the likely payload. A bare request (a few words typed like a search among them), or an
-instruction beside one in the same message (after it, or just before it: "Respond only with yes or
-no. Is 91 prime?"), is held at most, never remembered at once.
+no source at all: its other sentences are the likely payload. A bare request (a few words typed
+like a search among them), or an instruction beside one in the same message (after it, or just
+before it: "Respond only with yes or no. Is 91 prime?"), is held at most, never remembered at once.
 
 Word lists live in data/words.toml (lexicon.py). Thresholds were chosen on the train and dev splits
 (docs/quality.md, "The default policy"). The patterns, as before:
