@@ -1341,6 +1341,19 @@ async def test_a_verdict_on_the_reply_is_no_rule(said: str) -> None:
     assert memories == []
 
 
+@pytest.mark.parametrize(
+    "said",
+    [
+        "sorry for the typos, on my phone. whats the diff between a roth ira and traditional",
+        "Sorry about the wall of text, I'm on a train with bad signal. How do I reset my router?",
+    ],
+)
+async def test_an_apology_for_this_chat_is_no_rule(said: str) -> None:
+    # "sorry for ..." is no correction ("Sorry, I meant ...") and no standing fact
+    memories, _ = await remember([said])
+    assert memories == [], [m.text for m in memories]
+
+
 async def test_an_instruction_and_the_users_remark_on_why_are_one_memory() -> None:
     memories, _ = await remember(["Avoid anything with more than three steps. I get lost easily."])
     assert [m.text for m in memories] == ["Avoid anything with more than three steps. They get lost easily."]

@@ -688,7 +688,7 @@ _NEGATIONS = [
 ]
 _CORRECTION = re.compile(
     r"^(?:actually|correction|scratch that|i(?:'ve| have)? changed my mind|change of plans?|update|wait|"
-    r"sorry|i meant|"
+    r"sorry(?!\s+(?:for|about|to|if|that)\b)|i meant|"
     r"on second thought|to be clear|to clarify)\b[\s,:!-]*",
     re.IGNORECASE,
 )
@@ -2127,7 +2127,8 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 _VERDICT = re.compile(
     r"^(?:this|that|it|these|those)(?:'s|'re| is| was| are| were)\s+(?:\w+\s+){0,2}?(?:helpful|useful|great|"
     r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
-    r"(?!\s+(?:to|if|when|for me|with me)\b)",  # not a permission: "It's fine to swear with me"
+    r"(?!\s+(?:to|if|when|for me|with me)\b)"  # not a permission: "It's fine to swear with me"
+    r"|^(?:sorry|so sorry|apologies|my apologies|excuse)\s+(?:for|about)\b",  # "sorry for the typos, on my phone"
     re.I,
 )
 # "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
