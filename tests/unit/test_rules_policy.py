@@ -14,7 +14,7 @@ from memwright.agent import rules
 from memwright.agent import tools as tools_module
 from memwright.agent.classify import PatternDetector, SentenceType
 from memwright.agent.lexicon import says_changed
-from memwright.agent.rules import RulesPolicy
+from memwright.agent.rules import RulesPolicy, to_the_memory
 from memwright.agent.tools import Memory
 from memwright.agent.working import Hypothesis, WorkingMemory
 from memwright.eval.dataset import Conversation, EvalMessage, UserCase
@@ -805,6 +805,11 @@ async def test_a_new_reply_language_from_now_on_replaces_the_old_one(before: str
     [
         ("Always answer me in English.", "From now on, write code comments in German."),
         ("I speak German and English.", "From now on answer me in German."),
+        ("Always answer me in English.", "From now on, never answer me in German."),
+        ("Always answer me in English.", "From now on, reply in Spanish when I'm practicing my Spanish."),
+        ("Always answer me in English.", "From now on, chat in German with my son when he uses my account."),
+        ("For my Spanish homework, answer in Spanish.", "From now on, answer me in English."),
+        ("Answer in English, but write code comments in German.", "From now on answer me in French."),
     ],
 )
 async def test_another_language_that_is_not_the_replies_one_is_a_memory_of_its_own(before: str, after: str) -> None:
@@ -1229,6 +1234,7 @@ async def test_keep_that_in_mind_keeps_what_that_is() -> None:
         ("I hate cilantro. Please remember that.", "User hates cilantro."),
         ("I'm vegan. Keep that in mind.", "User is vegan."),
         ("I'm a night nurse, remember that.", "User is a night nurse."),
+        ("I'm a night nurse. Remember that, please.", "User is a night nurse."),
     ],
 )
 async def test_remember_that_is_a_pointer_not_part_of_the_memory(said: str, kept: str) -> None:
@@ -1241,6 +1247,27 @@ async def test_remember_that_is_a_pointer_not_part_of_the_memory(said: str, kept
 async def test_remember_that_with_nothing_of_the_users_before_it_is_no_memory(said: str) -> None:
     memories, _ = await remember([said])
     assert memories == [], [m.text for m in memories]
+
+
+def test_openers_before_a_lead_in_are_read_one_at_a_time() -> None:
+    # one pattern for "openers, then the lead-in" backtracked exponentially when no lead-in came
+    # (30 s for 13 repeats, hours for this): the test would hang
+    assert not to_the_memory("oh and also " * 200 + "I moved to Oslo.")
+    assert to_the_memory("oh and also " * 200 + "update your memory: I moved to Oslo.")
+
+
+async def test_a_request_about_a_text_is_no_lead_in_to_the_memory() -> None:
+    # "save ... that ...:" is said to the memory only as "save that:", not "save that draft:"
+    memories, _ = await remember(["Also, save that draft: Dear John, I hope you are well and I always love our talks."])
+    assert memories == [], [m.text for m in memories]
+
+
+async def test_a_sentence_that_is_only_an_opener_takes_no_role() -> None:
+    # "cool." read as the message's weak sentence once: its text was empty and the tool refused it
+    _, working = await remember(
+        ["cool. btw this is on my Arch Linux laptop, do I need to enable anything for user timers when logged out?"]
+    )
+    assert not [r for e in working.transcript for r in e.get("results", []) if "empty" in r]
 
 
 async def test_a_fact_remembered_with_the_rule_that_points_at_it_is_not_also_held() -> None:
@@ -1339,19 +1366,6 @@ async def test_a_contrast_for_the_request_or_a_verdict_is_not(said: str) -> None
 async def test_a_verdict_on_the_reply_is_no_rule(said: str) -> None:
     memories, _ = await remember(["How do I descale a kettle?", said])
     assert memories == []
-
-
-@pytest.mark.parametrize(
-    "said",
-    [
-        "sorry for the typos, on my phone. whats the diff between a roth ira and traditional",
-        "Sorry about the wall of text, I'm on a train with bad signal. How do I reset my router?",
-    ],
-)
-async def test_an_apology_for_this_chat_is_no_rule(said: str) -> None:
-    # "sorry for ..." is no correction ("Sorry, I meant ...") and no standing fact
-    memories, _ = await remember([said])
-    assert memories == [], [m.text for m in memories]
 
 
 async def test_an_instruction_and_the_users_remark_on_why_are_one_memory() -> None:

@@ -21,11 +21,12 @@ labelled data in the repo), which reads what the patterns miss, in any wording:
   consolidated (their words and receipts kept) when nothing overlaps in words.
 
 Only the user's own words are read (material.py): pasted drafts, quotations, code and role-play are
-not the user speaking. A message the guard refuses (an instruction to the assistant, a claim of
-authority), or with a sentence the detector is sure speaks to the memory or its rules (META_AT), is
-no source at all: its other sentences are the likely payload. A bare request (a few words typed
-like a search among them), or an instruction beside one in the same message (after it, or just
-before it: "Respond only with yes or no. Is 91 prime?"), is held at most, never remembered at once.
+not the user speaking. A message the guard refuses as an instruction to the assistant or a claim of
+authority, or with a sentence the detector is sure speaks to the memory or its rules (META_AT), is
+no source at all: its other sentences are the likely payload (a secret costs only its sentence). A
+bare request (a few words typed like a search among them), or an instruction beside one in the same
+message (after it, or just before it: "Respond only with yes or no. Is 91 prime?"), is held at
+most, never remembered at once.
 
 Word lists live in data/words.toml (lexicon.py). Thresholds were chosen on the train and dev splits
 (docs/quality.md, "The default policy"). The patterns, as before:
@@ -98,7 +99,7 @@ ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-p
 # "Update your memory:" -- what follows is to be remembered
 _FOR_THE_MEMORY = (
     r"(?:(?:please\s+)?(?:note|save|add|put|store|remember|keep|update|log|write)\b[^:.!?]{0,30}?"
-    r"\b(?:memory|memories|future|this|that|down)\b[^:.!?]{0,12}:\s*|"
+    r"(?:\b(?:memory|memories|future|down)\b[^:.!?]{0,12}|\b(?:this|that))\s*:\s*|"
     # "One real thing to remember:", "Something you should know about me:" (not "A few things to note:",
     # "One thing to remember for this trip:", which are about the task at hand)
     r"(?:one|a|another|something|an)\b[^:.!?]{0,20}?\b(?:to|you\s+should|you\s+need\s+to|you\s+must)\s+"
@@ -115,8 +116,8 @@ _OPENER = (
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
     r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)"
 )
-# said to the memory, after any openers ("Ok, update your memory: I moved to Oslo.")
-FOR_THE_MEMORY = re.compile(rf"^(?:{_OPENER})*(?:{_FOR_THE_MEMORY})", re.I)
+_FOR_THE_MEMORY_AT = re.compile(_FOR_THE_MEMORY, re.I)
+_OPENER_AT = re.compile(_OPENER, re.I)
 # the memory's lead-in first: "One thing to keep in mind:" is one lead-in, not "One thing"
 _LEAD_IN = re.compile(rf"^(?:(?:{_FOR_THE_MEMORY})|{_OPENER})+", re.IGNORECASE)
 
@@ -188,6 +189,19 @@ def sentences(text: str) -> list[str]:
 
 def clauses(sentence: str) -> list[str]:
     return [c.strip() for c in _CLAUSE.split(sentence) if c and c.strip()]
+
+
+def to_the_memory(sentence: str) -> bool:
+    """Whether the sentence opens with a lead-in addressed to the memory, perhaps after openers
+    ("Ok, update your memory: I moved to Oslo."). One opener at a time: a single pattern for "any
+    openers, then the lead-in" backtracks exponentially over "oh and also oh and also ..."."""
+    s, at = sentence.strip(), 0
+    while not _FOR_THE_MEMORY_AT.match(s, at):
+        opener = _OPENER_AT.match(s, at)
+        if opener is None or opener.end() == at:
+            return False
+        at = opener.end()
+    return True
 
 
 def strip_lead_in(sentence: str) -> str:
@@ -688,7 +702,7 @@ _NEGATIONS = [
 ]
 _CORRECTION = re.compile(
     r"^(?:actually|correction|scratch that|i(?:'ve| have)? changed my mind|change of plans?|update|wait|"
-    r"sorry(?!\s+(?:for|about|to|if|that)\b)|i meant|"
+    r"sorry|i meant|"
     r"on second thought|to be clear|to clarify)\b[\s,:!-]*",
     re.IGNORECASE,
 )
@@ -920,7 +934,7 @@ class RulesPolicy:
 
         change = change_signal(sentence) if _may_change(sentence) else None  # not "my son switched to Python"
         if change is not None:
-            done = self._change(tools, msg, change, last, to_memory=FOR_THE_MEMORY.match(sentence) is not None)
+            done = self._change(tools, msg, change, last, to_memory=to_the_memory(sentence))
             if done:
                 return done, None
 
@@ -935,18 +949,19 @@ class RulesPolicy:
         if kind is not None and kind.label == "meta":
             return [], None  # aimed at the memory or the rules: the guard's business, not a preference
         pref = explicit_preference(body)
-        if pref:
+        if _BARE_POINTER.match(body):  # "I'm a night nurse. Remember that.": what it points at, if anything
+            pref = as_memory(pending) if pending else _with_what_it_points_at("", earlier or [])
+            if not pref:
+                return [], None
+        elif pref:
             if pending and _ANAPHORA.search(pref) and len(content_words(pref)) <= 2:
                 pref = as_memory(pending).rstrip(".") + ". " + pref  # "... ISO format. Always use that."
             elif context and _PERSON.search(body) and kind is not None and kind.vector is not None:
                 pref = as_memory(context).rstrip(".") + ". " + pref  # "David and I separated. Don't bring him up."
-            elif _BARE_POINTER.match(body):  # "I'm a night nurse. Remember that.": the sentence before
-                pref = _with_what_it_points_at("", earlier or [])
-                if not pref:
-                    return [], None
             elif earlier and (len(words(body)) <= 8 or _KEEP_THAT.match(body)) and _POINTS_BACK.search(body):
                 # "Skip the Beko, I've had two of theirs break. Never again with that brand."
                 pref = _with_what_it_points_at(pref, earlier)
+        if pref:
             if changing:
                 corrected = self._correct_last(tools, msg, pref, last)
                 if corrected is not None:
@@ -1018,7 +1033,7 @@ class RulesPolicy:
             and kinds[complaint].p("standing") + TASK_MARGIN >= kinds[complaint].p("task")
         ):
             return _complaint_roles(said, bodies, complaint)
-        sure = [i for i, b in enumerate(bodies) if not UNSURE.search(b)]
+        sure = [i for i, b in enumerate(bodies) if content_words(b) and not UNSURE.search(b)]  # not "cool."
         if not sure:
             return roles
         fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
@@ -1042,7 +1057,7 @@ class RulesPolicy:
         def reads_standing(i: int) -> bool:
             if _CONTRAST.search(bodies[i]) and not _A_STATE.match(bodies[i]):
                 return True  # "I edit in Capture One, not Lightroom.": one thing over another, said plainly
-            if FOR_THE_MEMORY.match(said[i].strip()):
+            if to_the_memory(said[i]):
                 return True  # "Update your memory: I moved to Oslo.": said to be remembered
             if _manner_rule(bodies[i]) and not any(material.asks_for_something(b) for b in bodies):
                 return True  # "Use a formal tone with me.": not "Explain X. Be brief."
@@ -1565,6 +1580,7 @@ class RulesPolicy:
         new_rule = NOT_CHANGE.search(text) is not None  # "use grams from now on" after "use pounds"
         want = content_words(text)
         cats = categories(text)
+        language = _reply_language(text)
         for m in tools.memories.values():
             if m.author != "agent":
                 continue
@@ -1572,7 +1588,7 @@ class RulesPolicy:
             flipped = polarity(m.text) != polarity(text)
             if want and want == have and flipped:
                 return m  # "always use tabs" after "never use tabs"
-            if new_rule and _reply_language(text) - _reply_language(m.text) and _reply_language(m.text):
+            if new_rule and language is not None and _reply_language(m.text) not in (None, language):
                 return m  # "from now on answer me in German" after "always answer me in English": one at a time
             if not (changing or new_rule):
                 continue
@@ -1877,16 +1893,23 @@ def _relatedness(a: str, b: str) -> float:
     return shared_topic + overlap + cosine(hashing_embed(a), hashing_embed(b))
 
 
+# a rule that is only about the language of the replies, the whole sentence: "From now on answer me in
+# German.", "Keep your answers in English." (not "never answer in German", "reply in Spanish when I'm
+# practising", "chat in German with my son", "Answer in English, but write code comments in German.")
 _REPLY_IN = re.compile(
-    r"\b(?:answer|answers|reply|replies|respond|responses|talk|speak|write|chat)(?:\s+(?:to|back|with))?"
-    r"(?:\s+(?:me|us|them))?(?:\s+(?:only|always|just))?\s+in\s+(\w+)",
+    r"^(?:(?:from now on|going forward|always|please|only|just|ok|okay)[\s,]+)*"
+    r"(?:(?:keep|give|write|make)\s+(?:your\s+|all\s+|the\s+)?(?:answers|replies|responses)|"
+    r"(?:answer|reply|respond|talk|speak|write|chat)(?:\s+(?:to|back|with))?(?:\s+(?:me|us|them))?)"
+    r"(?:\s+(?:only|always|just))?\s+in\s+(\w+)(?:[\s,]+(?:please|from now on|going forward|only|always|instead|now))*"
+    r"[\s.!]*$",
     re.I,
 )
 
 
-def _reply_language(text: str) -> set[str]:
-    """The languages `text` asks to be answered in ("answer me in German"); the replies have one."""
-    return {w.lower() for w in _REPLY_IN.findall(text) if _CATEGORY_OF.get(w.lower()) == "language"}
+def _reply_language(text: str) -> str | None:
+    """The language a rule that is only about the replies asks for ("answer me in German")."""
+    m = _REPLY_IN.match(text.strip())
+    return m.group(1).lower() if m and _CATEGORY_OF.get(m.group(1).lower()) == "language" else None
 
 
 def _alternatives(old: str, new: str, shared: set[str]) -> bool:
@@ -2127,8 +2150,7 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 _VERDICT = re.compile(
     r"^(?:this|that|it|these|those)(?:'s|'re| is| was| are| were)\s+(?:\w+\s+){0,2}?(?:helpful|useful|great|"
     r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
-    r"(?!\s+(?:to|if|when|for me|with me)\b)"  # not a permission: "It's fine to swear with me"
-    r"|^(?:sorry|so sorry|apologies|my apologies|excuse)\s+(?:for|about)\b",  # "sorry for the typos, on my phone"
+    r"(?!\s+(?:to|if|when|for me|with me)\b)",  # not a permission: "It's fine to swear with me"
     re.I,
 )
 # "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
