@@ -1115,6 +1115,20 @@ async def test_a_relative_clause_is_no_question() -> None:
 
 
 @pytest.mark.parametrize(
+    "said",
+    [
+        "I'm moving to Denver for a job, which neighborhoods are nice for someone in their late 20s",
+        "I just moved to Leeds, where can I get good ramen near the station",
+    ],
+)
+async def test_a_which_or_where_that_asks_makes_the_disclosure_beside_it_a_hint(said: str) -> None:
+    # "which neighborhoods are nice" asks, "?" or not, like "does skiprows skip the header": the
+    # disclosure is about the question, held until it comes back
+    memories, working = await remember([said])
+    assert memories == [] and len(working.hypotheses) == 1, [m.text for m in memories]
+
+
+@pytest.mark.parametrize(
     ("said", "memory_text"),
     [
         ("iOS steps from now on", "iOS steps from now on."),

@@ -2085,7 +2085,11 @@ def _holds_a_question(body: str) -> bool:
     ("quick pls, I'm between patients at the clinic, does skiprows skip the header") is about the
     question, a weak signal at most."""
     clauses = phrasing.clause_pieces(body)
-    asking = [c for c in clauses if not _RELATIVE.match(c) and (material.asks(c) or _AUX_FIRST.match(c))]
+    asking = [
+        c
+        for c in clauses
+        if (not _RELATIVE.match(c) or _ASKS_ANYWAY.match(c)) and (material.asks(c) or _AUX_FIRST.match(c))
+    ]
     return material.asks(body) or bool(asking)
 
 
@@ -2096,6 +2100,13 @@ _AUX_FIRST = re.compile(
     re.I,
 )
 _RELATIVE = re.compile(r"^(?:which|where|who|when|that)\b", re.I)  # "..., which is why I want ...": no question
+# ... unless it asks: "which neighborhoods are nice", "where can I park", "when should we go"
+_ASKS_ANYWAY = re.compile(
+    r"^(?:(?:where|when|who|which)\s+(?:can|could|should|would|do|does|did|will|is|are)\s+(?:i|we|you|they|it|my|our)\b|"
+    r"which\s+(?!(?:is|was|are|were|means|meant|makes|made|has|had|would|will|can|could|i|we|they|he|she|you|it)\b)"
+    r"\w+\s+(?:is|are|should|would|could|can|do|does|will)\b)",
+    re.I,
+)
 
 
 _HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
