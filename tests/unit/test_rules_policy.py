@@ -817,6 +817,20 @@ async def test_another_language_that_is_not_the_replies_one_is_a_memory_of_its_o
     assert len(memories) == 2, [m.text for m in memories]
 
 
+async def test_an_opening_now_that_moves_on_to_the_next_task_changes_nothing() -> None:
+    # "Now a function that ..." read as "now" the change word: it replaced the rule
+    memories, _ = await remember(
+        ["Always use pandas for data work."], ["Now a function that reads CSVs and merges them with polars."]
+    )
+    assert [m.text for m in memories] == ["Always use pandas for data work."]
+
+
+@pytest.mark.parametrize("said", ["now I mostly drink tea", "I mostly drink tea now"])
+async def test_now_with_the_user_as_subject_still_says_it_changed(said: str) -> None:
+    memories, _ = await remember(["I drink coffee every morning."], [said])
+    assert [("tea" in m.text, "coffee" in m.text) for m in memories] == [(True, False)]
+
+
 async def test_a_new_unit_of_another_kind_does_not_replace_the_memory_about_temperatures() -> None:
     memories, _ = await remember(["Always give temperatures in Celsius."], ["From now on give distances in miles."])
     assert len(memories) == 2

@@ -51,10 +51,13 @@ def says_changed(text: str) -> bool:
     if not _PERMITTED_AGAIN.search(text):
         text = _AGAIN.sub(" ", text)  # "craving pizza again" changes nothing
     text = _ACTUALLY_INSIDE.sub(" ", text)  # "files I actually own"; "Actually, I ..." does
+    text = NOW_NEXT.sub(" ", text)  # "Now a function that reads those CSVs"; "now I mostly cook vegan" does
     return CHANGE.search(text) is not None or CHANGE_LOWER_CASE.search(text) is not None
 
 
 # "you can joke around with me again", "go ahead and talk spoilers again": a permission given again
 _AGAIN = re.compile(r"\bagain\b", re.I)
 _ACTUALLY_INSIDE = re.compile(r"(?<=\w )actually\b", re.I)
+# a sentence's opening "now" that moves on to the next thing, not to a new state of the user's
+NOW_NEXT = re.compile(r"^\W*now\b(?!,?\s+(?:i|i'm|im|i've|ive|we|we're|we've|my|our)\b)", re.I)
 _PERMITTED_AGAIN = re.compile(r"\b(?:you can|you may|feel free|go ahead|start|resume)\b[^.!?]*\bagain\b", re.I)

@@ -774,6 +774,7 @@ from memwright.agent.lexicon import (  # noqa: E402
     HEDGED,
     INSTRUCTION,
     NOT_CHANGE,
+    NOW_NEXT,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
@@ -2140,8 +2141,9 @@ def _update_threshold(changing: int, said: str, sentence: str) -> float:
 def _is_standing_change(text: str) -> int:
     """CHANGED when words say a preference replaces an earlier one ("from now on" alone does not),
     in a sentence that may change a memory (`_may_change`: not "my son is learning Python now")."""
+    said = NOW_NEXT.sub(" ", text)  # not "Now a function that reads those CSVs"
     return CHANGED * bool(
-        re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b", text, re.I)
+        re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b", said, re.I)
         and _may_change(text)
     )
 
