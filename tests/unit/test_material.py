@@ -16,13 +16,6 @@ from tests.unit.test_rules_policy import remember
         ("Translate into French: I don't eat pork, I prefer chicken.", "Translate into French:"),
         ('Fix the grammar in "me and him always goes to the gym on mondays"', "Fix the grammar in …"),
         ("Why does this fail?\n```python\n# always use tabs\nx = 1\n```", "Why does this fail?"),
-        # a quotation after a request later in the message, in single quotes too
-        (
-            "I'm making a handout. Can you proofread this one? 'I prefer working in small teams. I dont "
-            "shy away from hard conversations, it's how I grow.'",
-            "I'm making a handout. Can you proofread this one? …",
-        ),
-        ("Fix the grammar in 'me and him goes to the shop every day' please", "Fix the grammar in … please"),
         (
             "Summarize this\nThe committee met on Tuesday. I think the budget is too small and I never agreed to "
             "the hiring freeze. We will meet again in May to review the numbers and decide on the plan.",
@@ -36,14 +29,6 @@ from tests.unit.test_rules_policy import remember
             "Quick question: I'm vegetarian, what protein is good?",
         ),
         ("We meet at 10:30, I hate mornings.", "We meet at 10:30, I hate mornings."),
-        (
-            "I always use 'single quotes' in Python, it's a habit.",
-            "I always use 'single quotes' in Python, it's a habit.",
-        ),
-        (
-            "I'm vegan, it's been 'quite a long journey so far' for me.",
-            "I'm vegan, it's been 'quite a long journey so far' for me.",
-        ),
         # a quotation outside a request is the user's own complaint, kept whole
         (
             'It\'s "realistic" they say. And no "have you considered your options" talk.',

@@ -825,10 +825,20 @@ async def test_an_opening_now_that_moves_on_to_the_next_task_changes_nothing() -
     assert [m.text for m in memories] == ["Always use pandas for data work."]
 
 
-@pytest.mark.parametrize("said", ["now I mostly drink tea", "I mostly drink tea now"])
-async def test_now_with_the_user_as_subject_still_says_it_changed(said: str) -> None:
-    memories, _ = await remember(["I drink coffee every morning."], [said])
-    assert [("tea" in m.text, "coffee" in m.text) for m in memories] == [(True, False)]
+@pytest.mark.parametrize(
+    ("before", "said", "new", "old"),
+    [
+        ("I drink coffee every morning.", "now I mostly drink tea", "tea", "coffee"),
+        ("I drink coffee every morning.", "I mostly drink tea now", "tea", "coffee"),
+        ("Always give distances in miles.", "Now, always use metric.", "metric", "miles"),
+        ("Reply in English.", "Now reply in German.", "German", "English"),
+    ],
+)
+async def test_an_opening_now_before_a_new_state_or_rule_still_says_it_changed(
+    before: str, said: str, new: str, old: str
+) -> None:
+    memories, _ = await remember([before], [said])
+    assert [(new in m.text, old in m.text) for m in memories] == [(True, False)]
 
 
 async def test_a_new_unit_of_another_kind_does_not_replace_the_memory_about_temperatures() -> None:
@@ -1123,9 +1133,16 @@ def test_a_rule_that_says_it_goes_beyond_the_task_at_hand_is_not_scoped() -> Non
     assert rules.explicit_preference("pls stop with the exclamation marks, in everything not just this") is not None
 
 
-async def test_a_relative_clause_is_no_question() -> None:
-    memories, _ = await remember(["I'm left-handed, which matters for the tool recommendations I ask you about."])
-    assert [m.text for m in memories] and "left-handed" in memories[0].text
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        ("I'm left-handed, which matters for the tool recommendations I ask you about.", "left-handed"),
+        ("My wife, who is our family's cook, is vegan.", "vegan"),
+    ],
+)
+async def test_a_relative_clause_is_no_question(said: str, kept: str) -> None:
+    memories, _ = await remember([said])
+    assert [m.text for m in memories] and kept in memories[0].text
 
 
 @pytest.mark.parametrize(
@@ -1612,6 +1629,9 @@ async def test_a_bare_way_of_writing_after_a_task_is_no_rule(task: str, follow_u
         ("Update your memory: I moved to Oslo.", "User moved to Oslo."),
         ("One thing to keep in mind: I'm left-handed.", "User is left-handed."),
         ("Something you should know about me: I'm diabetic.", "User is diabetic."),
+        ("Keep this in mind: I'm allergic to penicillin.", "User is allergic to penicillin."),
+        ("Remember this about me: I'm allergic to penicillin.", "User is allergic to penicillin."),
+        ("Remember this for later: I'm allergic to penicillin.", "User is allergic to penicillin."),
     ],
 )
 async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: str, kept: str) -> None:

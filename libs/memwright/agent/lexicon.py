@@ -58,6 +58,11 @@ def says_changed(text: str) -> bool:
 # "you can joke around with me again", "go ahead and talk spoilers again": a permission given again
 _AGAIN = re.compile(r"\bagain\b", re.I)
 _ACTUALLY_INSIDE = re.compile(r"(?<=\w )actually\b", re.I)
-# a sentence's opening "now" that moves on to the next thing, not to a new state of the user's
-NOW_NEXT = re.compile(r"^\W*now\b(?!,?\s+(?:i|i'm|im|i've|ive|we|we're|we've|my|our)\b)", re.I)
+# a sentence's opening "now" that moves on to the next task ("Now a function that ...", "Now do the
+# same for Go"), not to a new state ("Now, always use metric.", "Now living in Denver.")
+NOW_NEXT = re.compile(
+    r"^\W*now\b(?=,?\s+(?:a|an|another|the same|same|one more|do|write|make|give|show|try|add|let's|lets|"
+    r"can you|could you|what|how)\b)",
+    re.I,
+)
 _PERMITTED_AGAIN = re.compile(r"\b(?:you can|you may|feel free|go ahead|start|resume)\b[^.!?]*\bagain\b", re.I)

@@ -26,11 +26,7 @@ SEARCH_WORDS = 8  # a sentence typed like a search is this short
 _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("assistant_roles").pattern, re.I)
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
-# paired left to right; a single-quoted text opens after a space or a colon and closes before one
-# (its apostrophes sit between letters: 'I dont shy away, it's a gift.')
-_QUOTES = re.compile(
-    r'"[^"\n]*"|“[^”]*”|«[^»]*»|' r"(?:(?<=^)|(?<=[\s:(]))'(?=\w)(?:[^'\n]|(?<=\w)'(?=\w))*(?<=[^\s'])'(?!\w)"
-)
+_QUOTES = re.compile(r'"[^"\n]*"|“[^”]*”|«[^»]*»')  # paired left to right
 QUOTE_WORDS = 5  # a quotation this long is material; a short one stays ('don't start with "Great question"')
 _OPENING = re.compile(
     r"^(?:please\s+|ok(?:ay)?[,\s]+|hey[,\s]+|hi[,\s]+|so[,\s]+|now[,\s]+|"
@@ -63,20 +59,14 @@ def _introduces_material(request: str) -> bool:
     return is_request(last) and bool(_CUE.search(last)) and len(last.split()) <= 25
 
 
-def _handed_over(text: str, quote: re.Match[str]) -> bool:
-    """A quotation long enough to be material, after a request in the same message."""
-    before = _SENTENCE_END.split(text[: quote.start()].strip())
-    return len(quote.group(0).split()) >= QUOTE_WORDS and any(is_request(b) for b in before if b.strip())
-
-
 def own_words(text: str) -> str:
     """The message without code, the material a request introduces, and, in a request, long
     quotations (a quotation the user complains about stays: 'stop saying "as an AI model I ..."')."""
     s = _FENCE.sub(" ", text)
     if "\n" in s:
         s = _INDENTED.sub(" ", s)
-    # a long quotation after a request ("Can you proofread this one? 'I prefer working in ...'")
-    s = _QUOTES.sub(lambda m: "…" if _handed_over(s, m) else m.group(0), s)
+    if is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]):
+        s = _QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
     for match in re.finditer(r":(?!\d|//)", s):
         if _introduces_material(s[: match.start()]):
             # a paragraph after the material that opens as an aside is the user again ("...\n\nAlso,

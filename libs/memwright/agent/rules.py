@@ -99,7 +99,8 @@ ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-p
 # "Update your memory:" -- what follows is to be remembered
 _FOR_THE_MEMORY = (
     r"(?:(?:please\s+)?(?:note|save|add|put|store|remember|keep|update|log|write)\b[^:.!?]{0,30}?"
-    r"(?:\b(?:memory|memories|future|down)\b[^:.!?]{0,12}|\b(?:this|that))\s*:\s*|"
+    r"(?:\b(?:memory|memories|future|down)\b[^:.!?]{0,12}|\b(?:this|that)(?:\s+(?:in mind|about (?:me|us)|"
+    r"for later|for the future|for next time|going forward))?)\s*:\s*|"
     # "One real thing to remember:", "Something you should know about me:" (not "A few things to note:",
     # "One thing to remember for this trip:", which are about the task at hand)
     r"(?:one|a|another|something|an)\b[^:.!?]{0,20}?\b(?:to|you\s+should|you\s+need\s+to|you\s+must)\s+"
@@ -2101,9 +2102,10 @@ _AUX_FIRST = re.compile(
     re.I,
 )
 _RELATIVE = re.compile(r"^(?:which|where|who|when|that)\b", re.I)  # "..., which is why I want ...": no question
-# ... unless it asks: "which neighborhoods are nice", "where can I park", "when should we go"
+# ... unless it asks: "which neighborhoods are nice", "where can I park", "when should we go" (not "who is
+# our family's cook")
 _ASKS_ANYWAY = re.compile(
-    r"^(?:(?:where|when|who|which)\s+(?:can|could|should|would|do|does|did|will|is|are)\s+(?:i|we|you|they|it|my|our)\b|"
+    r"^(?:(?:where|when|which)\s+(?:can|could|should|would|do|does|did|will)\s+(?:i|we|you|they|it|my|our)\b|"
     r"which\s+(?!(?:is|was|are|were|means|meant|makes|made|has|had|would|will|can|could|i|we|they|he|she|you|it)\b)"
     r"\w+\s+(?:is|are|should|would|could|can|do|does|will)\b)",
     re.I,
