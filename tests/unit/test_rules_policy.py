@@ -832,6 +832,8 @@ async def test_an_opening_now_that_moves_on_to_the_next_task_changes_nothing() -
         ("I drink coffee every morning.", "I mostly drink tea now", "tea", "coffee"),
         ("Always give distances in miles.", "Now, always use metric.", "metric", "miles"),
         ("Reply in English.", "Now reply in German.", "German", "English"),
+        ("Always give distances in miles.", "now how about metric from here on", "metric", "miles"),
+        ("Reply in English.", "Now write in German from now on.", "German", "English"),
     ],
 )
 async def test_an_opening_now_before_a_new_state_or_rule_still_says_it_changed(
@@ -1150,6 +1152,8 @@ async def test_a_relative_clause_is_no_question(said: str, kept: str) -> None:
     [
         "I'm moving to Denver for a job, which neighborhoods are nice for someone in their late 20s",
         "I just moved to Leeds, where can I get good ramen near the station",
+        "I'm a nurse, who can I talk to about burnout",
+        "My daughter is 4, when is it ok to start piano",
     ],
 )
 async def test_a_which_or_where_that_asks_makes_the_disclosure_beside_it_a_hint(said: str) -> None:
@@ -1632,6 +1636,8 @@ async def test_a_bare_way_of_writing_after_a_task_is_no_rule(task: str, follow_u
         ("Keep this in mind: I'm allergic to penicillin.", "User is allergic to penicillin."),
         ("Remember this about me: I'm allergic to penicillin.", "User is allergic to penicillin."),
         ("Remember this for later: I'm allergic to penicillin.", "User is allergic to penicillin."),
+        ("Remember this from now on: I'm allergic to penicillin.", "User is allergic to penicillin."),
+        ("Remember this one: I'm allergic to penicillin.", "User is allergic to penicillin."),
     ],
 )
 async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: str, kept: str) -> None:

@@ -51,7 +51,8 @@ def says_changed(text: str) -> bool:
     if not _PERMITTED_AGAIN.search(text):
         text = _AGAIN.sub(" ", text)  # "craving pizza again" changes nothing
     text = _ACTUALLY_INSIDE.sub(" ", text)  # "files I actually own"; "Actually, I ..." does
-    text = NOW_NEXT.sub(" ", text)  # "Now a function that reads those CSVs"; "now I mostly cook vegan" does
+    if moves_on(text):  # "Now a function that reads those CSVs"; "now I mostly cook vegan" says it changed
+        text = NOW_NEXT.sub(" ", text)
     return CHANGE.search(text) is not None or CHANGE_LOWER_CASE.search(text) is not None
 
 
@@ -59,10 +60,24 @@ def says_changed(text: str) -> bool:
 _AGAIN = re.compile(r"\bagain\b", re.I)
 _ACTUALLY_INSIDE = re.compile(r"(?<=\w )actually\b", re.I)
 # a sentence's opening "now" that moves on to the next task ("Now a function that ...", "Now do the
-# same for Go"), not to a new state ("Now, always use metric.", "Now living in Denver.")
+# same for Go"), not to a new state or rule ("Now, always use metric.", "Now living in Denver.")
 NOW_NEXT = re.compile(
-    r"^\W*now\b(?=,?\s+(?:a|an|another|the same|same|one more|do|write|make|give|show|try|add|let's|lets|"
-    r"can you|could you|what|how)\b)",
+    r"^\W*now\b(?=,?\s+(?:(?:a|an|another|one more)\s+(?:[\w-]+\s+){0,2}?(?:function|script|query|class|method|"
+    r"test|tests|version|program|regex|component|endpoint|page|paragraph|draft)|the same|same|do|write|make|give|"
+    r"show|try|add|let's|lets|can you|could you)\b)",
     re.I,
 )
+# ... unless the sentence says it is a standing rule or a new state after all
+_STANDS = re.compile(
+    r"\b(?:from (?:now|here) on|going forward|always|never|since|anymore|these days|what i(?:'d like| want| need))\b",
+    re.I,
+)
+
+
+def moves_on(text: str) -> bool:
+    """Whether the text opens with a "now" that moves on to the next task (NOW_NEXT) and says
+    nothing standing: its "now" is no change word."""
+    return NOW_NEXT.match(text) is not None and _STANDS.search(text) is None
+
+
 _PERMITTED_AGAIN = re.compile(r"\b(?:you can|you may|feel free|go ahead|start|resume)\b[^.!?]*\bagain\b", re.I)

@@ -99,8 +99,8 @@ ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-p
 # "Update your memory:" -- what follows is to be remembered
 _FOR_THE_MEMORY = (
     r"(?:(?:please\s+)?(?:note|save|add|put|store|remember|keep|update|log|write)\b[^:.!?]{0,30}?"
-    r"(?:\b(?:memory|memories|future|down)\b[^:.!?]{0,12}|\b(?:this|that)(?:\s+(?:in mind|about (?:me|us)|"
-    r"for later|for the future|for next time|going forward))?)\s*:\s*|"
+    r"(?:\b(?:memory|memories|future|down)\b[^:.!?]{0,12}|\b(?:this|that)(?:,?\s+(?:in mind|about (?:me|us)|"
+    r"for later|for the future|for next time|going forward|from now on|please|always|somewhere|one|too))*)\s*:\s*|"
     # "One real thing to remember:", "Something you should know about me:" (not "A few things to note:",
     # "One thing to remember for this trip:", which are about the task at hand)
     r"(?:one|a|another|something|an)\b[^:.!?]{0,20}?\b(?:to|you\s+should|you\s+need\s+to|you\s+must)\s+"
@@ -782,6 +782,7 @@ from memwright.agent.lexicon import (  # noqa: E402
     RESTATED,
     SOMEONE_ELSE,
     UNSURE,
+    moves_on,
     says_changed,
 )
 
@@ -2105,7 +2106,8 @@ _RELATIVE = re.compile(r"^(?:which|where|who|when|that)\b", re.I)  # "..., which
 # ... unless it asks: "which neighborhoods are nice", "where can I park", "when should we go" (not "who is
 # our family's cook")
 _ASKS_ANYWAY = re.compile(
-    r"^(?:(?:where|when|which)\s+(?:can|could|should|would|do|does|did|will)\s+(?:i|we|you|they|it|my|our)\b|"
+    r"^(?:(?:where|when|which)\s+(?:can|could|should|would|do|does|did|will|is|are)\s+(?:i|we|you|they|it|my|our)\b|"
+    r"who\s+(?:can|could|should|would|do|does|did|will)\s+(?:i|we|you)\b|"
     r"which\s+(?!(?:is|was|are|were|means|meant|makes|made|has|had|would|will|can|could|i|we|they|he|she|you|it)\b)"
     r"\w+\s+(?:is|are|should|would|could|can|do|does|will)\b)",
     re.I,
@@ -2143,7 +2145,7 @@ def _update_threshold(changing: int, said: str, sentence: str) -> float:
 def _is_standing_change(text: str) -> int:
     """CHANGED when words say a preference replaces an earlier one ("from now on" alone does not),
     in a sentence that may change a memory (`_may_change`: not "my son is learning Python now")."""
-    said = NOW_NEXT.sub(" ", text)  # not "Now a function that reads those CSVs"
+    said = NOW_NEXT.sub(" ", text) if moves_on(text) else text  # not "Now a function that reads those CSVs"
     return CHANGED * bool(
         re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b", said, re.I)
         and _may_change(text)
