@@ -51,8 +51,7 @@ def says_changed(text: str) -> bool:
     if not _PERMITTED_AGAIN.search(text):
         text = _AGAIN.sub(" ", text)  # "craving pizza again" changes nothing
     text = _ACTUALLY_INSIDE.sub(" ", text)  # "files I actually own"; "Actually, I ..." does
-    if moves_on(text):  # "Now a function that reads those CSVs"; "now I mostly cook vegan" says it changed
-        text = NOW_NEXT.sub(" ", text)
+    text = without_next_task_now(text)  # "Now a function that reads those CSVs"; "now I mostly cook vegan" does
     return CHANGE.search(text) is not None or CHANGE_LOWER_CASE.search(text) is not None
 
 
@@ -61,7 +60,7 @@ _AGAIN = re.compile(r"\bagain\b", re.I)
 _ACTUALLY_INSIDE = re.compile(r"(?<=\w )actually\b", re.I)
 # a sentence's opening "now" that moves on to the next task ("Now a function that ...", "Now do the
 # same for Go"), not to a new state or rule ("Now, always use metric.", "Now living in Denver.")
-NOW_NEXT = re.compile(
+_NOW_NEXT = re.compile(
     r"^\W*now\b(?=,?\s+(?:(?:a|an|another|one more)\s+(?:[\w-]+\s+){0,2}?(?:function|script|query|class|method|"
     r"test|tests|version|program|regex|component|endpoint|page|paragraph|draft)|the same|same|do|write|make|give|"
     r"show|try|add|let's|lets|can you|could you)\b)",
@@ -74,10 +73,10 @@ _STANDS = re.compile(
 )
 
 
-def moves_on(text: str) -> bool:
-    """Whether the text opens with a "now" that moves on to the next task (NOW_NEXT) and says
-    nothing standing: its "now" is no change word."""
-    return NOW_NEXT.match(text) is not None and _STANDS.search(text) is None
+def without_next_task_now(text: str) -> str:
+    """The text without its opening "now" when that "now" moves on to the next task (_NOW_NEXT) and
+    nothing in the text says it stands: that "now" is no change word."""
+    return _NOW_NEXT.sub(" ", text) if _STANDS.search(text) is None else text
 
 
 _PERMITTED_AGAIN = re.compile(r"\b(?:you can|you may|feel free|go ahead|start|resume)\b[^.!?]*\bagain\b", re.I)

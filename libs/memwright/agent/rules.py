@@ -775,15 +775,14 @@ from memwright.agent.lexicon import (  # noqa: E402
     HEDGED,
     INSTRUCTION,
     NOT_CHANGE,
-    NOW_NEXT,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
     RESTATED,
     SOMEONE_ELSE,
     UNSURE,
-    moves_on,
     says_changed,
+    without_next_task_now,
 )
 
 # Topics where one preference excludes another ("metric" vs "imperial"): a standing change in
@@ -2145,7 +2144,7 @@ def _update_threshold(changing: int, said: str, sentence: str) -> float:
 def _is_standing_change(text: str) -> int:
     """CHANGED when words say a preference replaces an earlier one ("from now on" alone does not),
     in a sentence that may change a memory (`_may_change`: not "my son is learning Python now")."""
-    said = NOW_NEXT.sub(" ", text) if moves_on(text) else text  # not "Now a function that reads those CSVs"
+    said = without_next_task_now(text)  # not "Now a function that reads those CSVs"
     return CHANGED * bool(
         re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b", said, re.I)
         and _may_change(text)
@@ -2257,7 +2256,9 @@ def _with_what_it_points_at(pref: str, earlier: list[str]) -> str:
         before.insert(0, sentence)
     if not before:
         return pref
-    text = as_memory(" ".join(before)) if not pref else as_memory(" ".join(before)).rstrip(".") + ". " + pref
+    text = as_memory(" ".join(before))
+    if pref:
+        text = text.rstrip(".") + ". " + pref
     return text if len(text) <= MAX_MEMORY_CHARS // 2 else pref
 
 
