@@ -12,6 +12,7 @@ lists they use are `material_cues`, `roleplay_frames`, `writing_frames`, `assist
 
 from __future__ import annotations
 
+import itertools
 import re
 
 from memwright.agent.lexicon import word_pattern
@@ -26,7 +27,7 @@ SEARCH_WORDS = 8  # a sentence typed like a search is this short
 _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("assistant_roles").pattern, re.I)
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
-_QUOTES = re.compile(r'"[^"\n]*"|“[^”]*”|«[^»]*»')  # paired left to right
+QUOTES = re.compile(r'"[^"\n]*"|“[^”]*”|«[^»]*»')  # paired left to right
 QUOTE_WORDS = 5  # a quotation this long is material; a short one stays ('don't start with "Great question"')
 _OPENING = re.compile(
     r"^(?:please\s+|ok(?:ay)?[,\s]+|hey[,\s]+|hi[,\s]+|so[,\s]+|now[,\s]+|"
@@ -59,14 +60,53 @@ def _introduces_material(request: str) -> bool:
     return is_request(last) and bool(_CUE.search(last)) and len(last.split()) <= 25
 
 
+def _is_long(quotation: str) -> bool:
+    return len(quotation.split()) >= QUOTE_WORDS
+
+
+def without_long_quotations(text: str) -> str:
+    """`text` with each quotation of QUOTE_WORDS words or more as "…": the quoted words are not the
+    sentence's own ('I hate it when you write "I hope this email finds you well"' is no task)."""
+    return QUOTES.sub(lambda m: "…" if _is_long(m.group(0)) else m.group(0), text)
+
+
+QUOTATION_ALONE = 3  # a sentence with at most this many words besides its quotation only hands it over
+_HELD = "\ue000"  # a long quotation's place while the sentences around it are read
+
+
+def _without_handed_over_quotations(s: str) -> str:
+    """`s` without the long quotations a request hands over: one in a sentence that is a request
+    ('Translate "..." into French.'), or one that is nearly a sentence of its own after a request
+    ('Can you proofread this? "I prefer ..."'). A long quotation in the user's own remark stays
+    ('Draft a reply. I hate it when you write "I hope this finds you well" in my emails.')."""
+    quotations = iter([m.group(0) for m in QUOTES.finditer(s) if _is_long(m.group(0))])
+    masked = QUOTES.sub(lambda m: _HELD if _is_long(m.group(0)) else m.group(0), s)
+    if masked == s:
+        return s
+    # the sentences, read with their quotations held out (a quotation may hold sentence ends)
+    bounds = [0, *(m.end() for m in _SENTENCE_END.finditer(masked)), len(masked)]
+    out: list[str] = []
+    asked = False
+    for start, end in itertools.pairwise(bounds):
+        read = masked[start:end].replace(_HELD, "…")
+        request = is_request(read)
+        handed_over = request or (asked and len(read.replace("…", " ").split()) <= QUOTATION_ALONE)
+        first, *after_each = masked[start:end].split(_HELD)
+        out.append(first)
+        for piece in after_each:
+            quotation = next(quotations)
+            out += ["…" if handed_over else quotation, piece]
+        asked = asked or request
+    return "".join(out)
+
+
 def own_words(text: str) -> str:
-    """The message without code, the material a request introduces, and, in a request, long
-    quotations (a quotation the user complains about stays: 'stop saying "as an AI model I ..."')."""
+    """The message without code, the material a request introduces, and the long quotations it
+    hands over (a quotation the user complains about stays: 'stop saying "as an AI model I ..."')."""
     s = _FENCE.sub(" ", text)
     if "\n" in s:
         s = _INDENTED.sub(" ", s)
-    if is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]):
-        s = _QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
+    s = _without_handed_over_quotations(s)
     for match in re.finditer(r":(?!\d|//)", s):
         if _introduces_material(s[: match.start()]):
             # a paragraph after the material that opens as an aside is the user again ("...\n\nAlso,

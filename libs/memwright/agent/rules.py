@@ -285,7 +285,13 @@ def as_memory(clause: str) -> str:
 
 
 def _they(text: str) -> str:
-    """First person to third person inside a clause ("call me Sam" -> "call them Sam")."""
+    """First person to third person inside a clause ("call me Sam" -> "call them Sam"), not inside
+    a quotation ('never write "I hope this finds you well"' keeps its "I")."""
+    pieces = re.split(f"({material.QUOTES.pattern})", text)
+    return "".join(p if i % 2 else _they_outside_quotations(p) for i, p in enumerate(pieces))
+
+
+def _they_outside_quotations(text: str) -> str:
     subs = [
         (r"\bI'm\b|\b(?-i:[Ii]m)\b", "they're"),
         (r"\bI am\b", "they are"),
@@ -376,7 +382,9 @@ _NOT_JUST = re.compile(
 
 
 def scoped(sentence: str) -> bool:
-    """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
+    """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words;
+    not words of a long quotation ('I hate it when you write "I hope this email finds you well"')."""
+    sentence = material.without_long_quotations(sentence)
     if _NOT_JUST.search(sentence):
         return False
     return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not _STANDING.search(sentence)
