@@ -84,7 +84,7 @@ def without_question(sentence: str) -> str:
     """The sentence without the question it ends in, when the rest says something ("I'm on neovim,
     which plugin manager is best?" -> "I'm on neovim")."""
     parts = [p for c in rules.clauses(sentence) for p in clause_pieces(c)]
-    if len(parts) < 2 or not (material.asks(parts[-1]) or rules.asks_anyway(parts[-1])):
+    if len(parts) < 2 or not material.asks(parts[-1]):
         return sentence
     said = _TRAILING_JOINER.sub("", sentence[: sentence.rfind(parts[-1])])
     return said if rules.content_words(rules.strip_lead_in(said)) else sentence

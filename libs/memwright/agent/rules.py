@@ -2096,7 +2096,9 @@ def _holds_a_question(body: str) -> bool:
     question, a weak signal at most."""
     clauses = phrasing.clause_pieces(body)
     asking = [
-        c for c in clauses if asks_anyway(c) or (not _RELATIVE.match(c) and (material.asks(c) or _AUX_FIRST.match(c)))
+        c
+        for c in clauses
+        if (not _RELATIVE.match(c) or _ASKS_ANYWAY.match(c)) and (material.asks(c) or _AUX_FIRST.match(c))
     ]
     return material.asks(body) or bool(asking)
 
@@ -2108,21 +2110,15 @@ _AUX_FIRST = re.compile(
     re.I,
 )
 _RELATIVE = re.compile(r"^(?:which|where|who|when|that)\b", re.I)  # "..., which is why I want ...": no question
-# ... unless it asks: "which neighborhoods are nice", "which restaurants in Leeds are good", "where can I
-# park", "when should we go" (not "who is our family's cook", "which the kids love")
+# ... unless it asks: "which neighborhoods are nice", "where can I park", "when should we go" (not "who is
+# our family's cook")
 _ASKS_ANYWAY = re.compile(
     r"^(?:(?:where|when|which)\s+(?:can|could|should|would|do|does|did|will|is|are)\s+(?:i|we|you|they|it|my|our)\b|"
     r"who\s+(?:can|could|should|would|do|does|did|will)\s+(?:i|we|you)\b|"
-    r"which\s+(?!(?:is|was|are|were|means|meant|makes|made|has|had|would|will|can|could|i|we|they|he|she|you|it|"
-    r"the|a|an|my|our|your|his|her|their|this|that|these|those)\b)"
-    r"\w+(?:\s+\w+)??(?:\s+(?:in|near|around|for|of|with)\s+\w+)?\s+(?:is|are|should|would|could|can|do|does|will)\b)",
+    r"which\s+(?!(?:is|was|are|were|means|meant|makes|made|has|had|would|will|can|could|i|we|they|he|she|you|it)\b)"
+    r"\w+\s+(?:is|are|should|would|could|can|do|does|will)\b)",
     re.I,
 )
-
-
-def asks_anyway(clause: str) -> bool:
-    """A clause that asks though it opens like a relative one ("which restaurants in Leeds are good")."""
-    return _ASKS_ANYWAY.match(clause) is not None
 
 
 _HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
