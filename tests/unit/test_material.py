@@ -29,16 +29,22 @@ from tests.unit.test_rules_policy import remember
             "Quick question: I'm vegetarian, what protein is good?",
         ),
         ("We meet at 10:30, I hate mornings.", "We meet at 10:30, I hate mornings."),
-        # a long quotation a request hands over goes, one in the user's own remark after it stays
+        # after a request, a long quotation is handed over, except in a sentence that is the user's own rule
         ('Can you proofread this? "I prefer working in small teams, they move fast."', "Can you proofread this? …"),
         (
             'Draft a reply to my landlord. I hate it when you write "I hope this email finds you well" in my emails.',
             'Draft a reply to my landlord. I hate it when you write "I hope this email finds you well" in my emails.',
         ),
         (
-            'I need a cover letter. Translate "I am a motivated engineer who never misses deadlines" to German.',
-            "I need a cover letter. Translate … to German.",
+            'Can you check my grammar? I wrote this for my essay: "I am living in Berlin since five years."',
+            "Can you check my grammar? I wrote this for my essay: …",
         ),
+        (
+            'Help me polish my friend\'s bio. Her current version reads "I am a certified yoga teacher in Austin"',
+            "Help me polish my friend's bio. Her current version reads …",
+        ),
+        # inch marks are no quotation
+        ('Compare my 15" MacBook Pro and my 24" iMac.', 'Compare my 15" MacBook Pro and my 24" iMac.'),
         # a quotation outside a request is the user's own complaint, kept whole
         (
             'It\'s "realistic" they say. And no "have you considered your options" talk.',
@@ -195,10 +201,12 @@ def test_a_game_the_user_asks_to_play_is_a_role_play_and_play_is_a_request() -> 
 async def test_a_rule_that_quotes_a_phrase_keeps_the_phrase_as_said() -> None:
     """The quotation is the point of the rule: not cut because a request opened the message, its
     words ("this email") not read as the sentence's own task words, and its "I" the phrase's, not
-    the user's."""
+    the user's (inch marks are no quotation: their "my" is the user's)."""
     rule = 'I hate it when you write "I hope this email finds you well" in my emails.'
     for said in (rule, "Draft a reply to my landlord. " + rule):
         memories, _ = await remember([said])
         assert [m.text for m in memories] == [
             'User hates it when you write "I hope this email finds you well" in their emails.'
         ], said
+    memories, _ = await remember(["I'm 6'2\" and my wife is 5'4\" so we always need a king-size bed."])
+    assert "their wife" in memories[0].text, memories

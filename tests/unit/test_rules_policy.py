@@ -1140,6 +1140,8 @@ def test_a_rule_that_says_it_goes_beyond_the_task_at_hand_is_not_scoped() -> Non
     [
         ("I'm left-handed, which matters for the tool recommendations I ask you about.", "left-handed"),
         ("My wife, who is our family's cook, is vegan.", "vegan"),
+        ("I live in Denver, which everyone says is the best city in the US.", "Denver"),
+        ("I always cycle to work, which car drivers in London are not happy about.", "cycle"),
     ],
 )
 async def test_a_relative_clause_is_no_question(said: str, kept: str) -> None:

@@ -27,7 +27,8 @@ SEARCH_WORDS = 8  # a sentence typed like a search is this short
 _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("assistant_roles").pattern, re.I)
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
-QUOTES = re.compile(r'"[^"\n]*"|“[^”]*”|«[^»]*»')  # paired left to right
+# paired left to right; not inch marks ('I'm 6'2" and my wife is 5'4"', 'my 15" MacBook and my 24" iMac')
+QUOTES = re.compile(r'(?<!\d)"[^"\n]*"|“[^”]*”|«[^»]*»')
 QUOTE_WORDS = 5  # a quotation this long is material; a short one stays ('don't start with "Great question"')
 _OPENING = re.compile(
     r"^(?:please\s+|ok(?:ay)?[,\s]+|hey[,\s]+|hi[,\s]+|so[,\s]+|now[,\s]+|"
@@ -70,33 +71,30 @@ def without_long_quotations(text: str) -> str:
     return QUOTES.sub(lambda m: "…" if _is_long(m.group(0)) else m.group(0), text)
 
 
-QUOTATION_ALONE = 3  # a sentence with at most this many words besides its quotation only hands it over
 _HELD = "\ue000"  # a long quotation's place while the sentences around it are read
 
 
 def _without_handed_over_quotations(s: str) -> str:
-    """`s` without the long quotations a request hands over: one in a sentence that is a request
-    ('Translate "..." into French.'), or one that is nearly a sentence of its own after a request
-    ('Can you proofread this? "I prefer ..."'). A long quotation in the user's own remark stays
-    ('Draft a reply. I hate it when you write "I hope this finds you well" in my emails.')."""
+    """In a message that opens with a request, `s` without its long quotations, as the material
+    handed over ("Can you check my grammar? I wrote this: "I am living in Berlin since ..."") --
+    except in a sentence that is the user's own rule ('Draft a reply. I hate it when you write "I
+    hope this email finds you well" in my emails.'), whose quotation is what the rule is about."""
+    from memwright.agent import rules  # rules imports this module for its policy
+
+    if not is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]):
+        return s
     quotations = iter([m.group(0) for m in QUOTES.finditer(s) if _is_long(m.group(0))])
     masked = QUOTES.sub(lambda m: _HELD if _is_long(m.group(0)) else m.group(0), s)
-    if masked == s:
-        return s
     # the sentences, read with their quotations held out (a quotation may hold sentence ends)
     bounds = [0, *(m.end() for m in _SENTENCE_END.finditer(masked)), len(masked)]
     out: list[str] = []
-    asked = False
     for start, end in itertools.pairwise(bounds):
-        read = masked[start:end].replace(_HELD, "…")
-        request = is_request(read)
-        handed_over = request or (asked and len(read.replace("…", " ").split()) <= QUOTATION_ALONE)
         first, *after_each = masked[start:end].split(_HELD)
+        rule = bool(after_each) and rules.explicit_preference(masked[start:end].replace(_HELD, "…")) is not None
         out.append(first)
         for piece in after_each:
             quotation = next(quotations)
-            out += ["…" if handed_over else quotation, piece]
-        asked = asked or request
+            out += [quotation if rule else "…", piece]
     return "".join(out)
 
 
