@@ -29,12 +29,8 @@ from tests.unit.test_rules_policy import remember
             "Quick question: I'm vegetarian, what protein is good?",
         ),
         ("We meet at 10:30, I hate mornings.", "We meet at 10:30, I hate mornings."),
-        # after a request, a long quotation is handed over, except in a sentence that is the user's own rule
+        # after a request, a long quotation is handed over
         ('Can you proofread this? "I prefer working in small teams, they move fast."', "Can you proofread this? …"),
-        (
-            'Draft a reply to my landlord. I hate it when you write "I hope this email finds you well" in my emails.',
-            'Draft a reply to my landlord. I hate it when you write "I hope this email finds you well" in my emails.',
-        ),
         (
             'Can you check my grammar? I wrote this for my essay: "I am living in Berlin since five years."',
             "Can you check my grammar? I wrote this for my essay: …",
@@ -199,14 +195,15 @@ def test_a_game_the_user_asks_to_play_is_a_role_play_and_play_is_a_request() -> 
 
 
 async def test_a_rule_that_quotes_a_phrase_keeps_the_phrase_as_said() -> None:
-    """The quotation is the point of the rule: not cut because a request opened the message, its
-    words ("this email") not read as the sentence's own task words, and its "I" the phrase's, not
-    the user's (inch marks are no quotation: their "my" is the user's)."""
-    rule = 'I hate it when you write "I hope this email finds you well" in my emails.'
-    for said in (rule, "Draft a reply to my landlord. " + rule):
-        memories, _ = await remember([said])
-        assert [m.text for m in memories] == [
-            'User hates it when you write "I hope this email finds you well" in their emails.'
-        ], said
+    """A quotation is not cut at its own sentence ends, and its "I" is the phrase's, not the user's
+    (inch marks are no quotation: their "my" is the user's)."""
+    memories, _ = await remember(
+        ['I hate it when you start with "Great question! Let me help you with that" every time.']
+    )
+    assert [m.text for m in memories] == [
+        'User hates it when you start with "Great question! Let me help you with that" every time.'
+    ]
+    memories, _ = await remember(['Never write "I hope you are well, I am reaching out" in my emails.'])
+    assert [m.text for m in memories] == ['Never write "I hope you are well, I am reaching out" in their emails.']
     memories, _ = await remember(["I'm 6'2\" and my wife is 5'4\" so we always need a king-size bed."])
     assert "their wife" in memories[0].text, memories

@@ -12,7 +12,6 @@ lists they use are `material_cues`, `roleplay_frames`, `writing_frames`, `assist
 
 from __future__ import annotations
 
-import itertools
 import re
 
 from memwright.agent.lexicon import word_pattern
@@ -61,50 +60,14 @@ def _introduces_material(request: str) -> bool:
     return is_request(last) and bool(_CUE.search(last)) and len(last.split()) <= 25
 
 
-def _is_long(quotation: str) -> bool:
-    return len(quotation.split()) >= QUOTE_WORDS
-
-
-def without_long_quotations(text: str) -> str:
-    """`text` with each quotation of QUOTE_WORDS words or more as "…": the quoted words are not the
-    sentence's own ('I hate it when you write "I hope this email finds you well"' is no task)."""
-    return QUOTES.sub(lambda m: "…" if _is_long(m.group(0)) else m.group(0), text)
-
-
-_HELD = "\ue000"  # a long quotation's place while the sentences around it are read
-
-
-def _without_handed_over_quotations(s: str) -> str:
-    """In a message that opens with a request, `s` without its long quotations, as the material
-    handed over ("Can you check my grammar? I wrote this: "I am living in Berlin since ..."") --
-    except in a sentence that is the user's own rule ('Draft a reply. I hate it when you write "I
-    hope this email finds you well" in my emails.'), whose quotation is what the rule is about."""
-    from memwright.agent import rules  # rules imports this module for its policy
-
-    if not is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]):
-        return s
-    quotations = iter([m.group(0) for m in QUOTES.finditer(s) if _is_long(m.group(0))])
-    masked = QUOTES.sub(lambda m: _HELD if _is_long(m.group(0)) else m.group(0), s)
-    # the sentences, read with their quotations held out (a quotation may hold sentence ends)
-    bounds = [0, *(m.end() for m in _SENTENCE_END.finditer(masked)), len(masked)]
-    out: list[str] = []
-    for start, end in itertools.pairwise(bounds):
-        first, *after_each = masked[start:end].split(_HELD)
-        rule = bool(after_each) and rules.explicit_preference(masked[start:end].replace(_HELD, "…")) is not None
-        out.append(first)
-        for piece in after_each:
-            quotation = next(quotations)
-            out += [quotation if rule else "…", piece]
-    return "".join(out)
-
-
 def own_words(text: str) -> str:
-    """The message without code, the material a request introduces, and the long quotations it
-    hands over (a quotation the user complains about stays: 'stop saying "as an AI model I ..."')."""
+    """The message without code, the material a request introduces, and, in a request, long
+    quotations (a quotation the user complains about stays: 'stop saying "as an AI model I ..."')."""
     s = _FENCE.sub(" ", text)
     if "\n" in s:
         s = _INDENTED.sub(" ", s)
-    s = _without_handed_over_quotations(s)
+    if is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]):
+        s = QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
     for match in re.finditer(r":(?!\d|//)", s):
         if _introduces_material(s[: match.start()]):
             # a paragraph after the material that opens as an aside is the user again ("...\n\nAlso,

@@ -185,7 +185,16 @@ def polarity(text: str) -> bool:
 
 
 def sentences(text: str) -> list[str]:
-    return [s.strip() for s in _SPLIT.split(text) if s.strip()]
+    """The sentences of `text`; a quotation is not cut at its own sentence ends ('I hate it when
+    you start with "Great question! Let me help" every time.' is one sentence)."""
+    quoted = [m.span() for m in material.QUOTES.finditer(text)]
+    pieces, start = [], 0
+    for end in _SPLIT.finditer(text):
+        if not any(a < end.start() < b for a, b in quoted):
+            pieces.append(text[start : end.start()])
+            start = end.end()
+    pieces.append(text[start:])
+    return [s.strip() for s in pieces if s.strip()]
 
 
 def clauses(sentence: str) -> list[str]:
@@ -382,9 +391,7 @@ _NOT_JUST = re.compile(
 
 
 def scoped(sentence: str) -> bool:
-    """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words;
-    not words of a long quotation ('I hate it when you write "I hope this email finds you well"')."""
-    sentence = material.without_long_quotations(sentence)
+    """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
     if _NOT_JUST.search(sentence):
         return False
     return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not _STANDING.search(sentence)
