@@ -472,6 +472,9 @@ async def test_ordinary_preferences_beside_the_guard_are_still_remembered() -> N
         ),
         ("I cycle; rain or shine", "User cycles; rain or shine."),
         ("I go by Bobby now", "User goes by Bobby now."),
+        # a past tense keeps its form
+        ("I grew up in Kerala, so I like it spicy", "User grew up in Kerala, so they like it spicy."),
+        ("I bought a Kindle last year", "User bought a Kindle last year."),
         # typed without the apostrophe
         ("Im on ubuntu 22.04 on my laptop", "User is on ubuntu 22.04 on their laptop."),
         ("ive got two cats and im allergic to one", "User has got two cats and they're allergic to one."),

@@ -225,7 +225,9 @@ _ADVERBS = frozenset(
 _IRREGULAR = {"have": "has", "do": "does", "go": "goes", "am": "is", "don't": "doesn't", "'m": "is"}
 _UNCHANGED = frozenset(  # modals and past tenses keep their form after "User"
     "can't won't can will would should could must might was meant said told had did went got made thought "
-    "knew left began became wrote read took gave found felt kept ran quit".split()
+    "knew left began became wrote read took gave found felt kept ran quit grew saw came bought brought caught "
+    "taught sold met lost sent spent built won drove rode swam sang flew fell forgot heard held led paid sat "
+    "slept spoke stood understood woke wore chose broke ate drank".split()
 )
 
 
