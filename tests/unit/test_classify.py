@@ -95,6 +95,12 @@ def test_memory_text_keeps_the_users_key_words_in_one_sentence(sentence: str, ke
         ("Jugar al ajedrez me relaja mucho.", False),  # not "Jugar al ajedrez them relaja mucho"
         ("J\u2019ai deux enfants.", False),  # a curly apostrophe
         ("Los Angeles based, Les Paul guitar owner.", True),  # names, not articles
+        ("Ik ben vegetariër, geef me een recept voor vanavond.", False),  # not "geef them een recept"
+        ("Escreva um poema sobre o mar e a saudade.", False),
+        ("Как приготовить борщ без свеклы?", False),  # another script: no function-word list needed
+        ("请帮我写一封求职信", False),
+        ("I had pelmeni (пельмени) and loved them.", True),  # a word of another script in English
+        ("My mam drives a van for a living.", True),
     ],
 )
 def test_a_text_is_english_unless_another_language_s_function_words_outnumber_english_ones(

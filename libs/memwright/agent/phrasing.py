@@ -14,6 +14,7 @@ are a hard no for them."), never a template that loses them.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable
 
 from memwright.agent import lexicon, material, rules
@@ -29,16 +30,23 @@ _ENGLISH = rules.STOP - frozenset(lexicon.WORDS["both_languages"])
 
 
 def is_english(text: str) -> bool:
-    """English unless it holds more function words of another language (data/words.toml
-    `other_languages`) than English ones: a short text with neither ("chicken thigh dinner idea")
-    is English. A capitalised word after the first is a name ("Los Angeles based"), not a word of
-    either side, nor is a capitalised first word before another ("Les Paul guitar owner")."""
+    """English unless most of its words are in another script (Cyrillic, Han, Arabic, ...) or it
+    holds more function words of another language (data/words.toml `other_languages`) than English
+    ones: a short text with neither ("chicken thigh dinner idea") is English. A capitalised word
+    after the first is a name ("Los Angeles based"), not a word of either side, nor is a
+    capitalised first word before another ("Les Paul guitar owner")."""
     tokens = _ANY_WORD.findall(text.replace("\u2019", "'"))
+    if sum(1 for t in tokens if not _latin(t)) * 2 > len(tokens):  # "как приготовить борщ", "请帮我写"
+        return False
     capital = [t[:1].isupper() for t in tokens] + [False]
     found = [t.lower() for i, t in enumerate(tokens) if not (capital[i] and (i > 0 or capital[i + 1]))]
     english = sum(1 for w in found if w in _ENGLISH)
     other = sum(1 for w in found if w in _OTHER_LANGUAGES) + (1 if re.search(r"[¿¡]", text) else 0)
     return other <= english
+
+
+def _latin(word: str) -> bool:
+    return word[0].isascii() or unicodedata.name(word[0], "").startswith("LATIN")
 
 
 def clause_pieces(sentence: str) -> list[str]:
