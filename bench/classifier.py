@@ -6,7 +6,8 @@ llm policy's skip.
 1. In a fresh process (as a curator starts): the detector's load time and resident memory, then the
    classification cost per message (split into sentences, classified in one call, as a run does)
    on the embedder bench's messages (bench/embedder.py), one message at a time and in runs of 20;
-   and the update reader's cost (agent/replace.py) for one sentence against ten memories.
+   and the update reader's cost (agent/replace.py) for one sentence against ten memories; then the
+   reader of other languages (classify.py): its load, resident memory and cost per message.
 2. Model calls per 100 user windows on a realistic mix, with and without the skip: every
    conversation of the labelled train and dev splits is one window (the curator's unit of work;
    test is never read here). The hypotheses a window could revisit are those the default policy
@@ -61,8 +62,10 @@ def child(messages: int, singles: int) -> dict[str, Any]:
         detector.classify([s for said in split[start : start + 20] for s in said])
     batch_s, batch_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     reader_ms = _update_reader_ms(detector, split)
+    foreign = _foreign_cost(detector, singles)
     rss_after, peak = _rss_mb()
     return {
+        **foreign,
         "detector": detector.version,
         "import_s": round(imported - started, 3),
         "load_s": round(loaded - imported, 3),
@@ -80,6 +83,40 @@ def child(messages: int, singles: int) -> dict[str, Any]:
         "batched_message_cpu_ms": round(batch_cpu * 1000 / len(split), 2),
         "update_reader_ms": reader_ms,
         "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def _foreign_cost(detector: Any, singles: int) -> dict[str, Any]:
+    """The reader of other languages (loaded on the first sentence in one): its load time and
+    resident memory, and the cost per message of the train split's messages in other languages."""
+    from memwright.agent import phrasing, rules
+    from memwright.eval.dataset import load, split_path
+
+    texts = [
+        m.text
+        for case in load(split_path("train"))
+        for conv in case.conversations
+        for m in conv.messages
+        if m.role == "user" and not phrasing.is_english(m.text)
+    ][:singles]
+    if not texts or not hasattr(detector, "foreign"):
+        return {}
+    rss_before, _ = _rss_mb()
+    t0 = time.perf_counter()
+    if detector.foreign() is None:
+        return {}
+    load_s = time.perf_counter() - t0
+    rss_loaded, _ = _rss_mb()
+    times = []
+    for said in (rules.sentences(t) for t in texts):
+        t0 = time.perf_counter()
+        detector.classify(said)
+        times.append((time.perf_counter() - t0) * 1000)
+    return {
+        "foreign_load_s": round(load_s, 3),
+        "foreign_rss_mb": round(rss_loaded - rss_before, 1),
+        "foreign_messages": len(texts),
+        "foreign_message_p50_ms": round(statistics.median(times), 2),
     }
 
 
@@ -188,6 +225,12 @@ async def run(say: Callable[[str], None], quick: bool) -> dict[str, Any]:
         f"p95 {cost['message_p95_ms']:.1f} ms, {cost['message_cpu_ms']:.1f} ms CPU; in runs of 20 messages "
         f"{cost['batched_message_ms']:.1f} ms each (load average {cost['load_average']})"
     )
+    if "foreign_load_s" in cost:
+        say(
+            f"   other languages (the multilingual encoder and foreign head, loaded on the first such sentence): "
+            f"load {cost['foreign_load_s']:.2f}s, resident +{cost['foreign_rss_mb']:.0f} MB; per message "
+            f"p50 {cost['foreign_message_p50_ms']:.1f} ms ({cost['foreign_messages']} messages of the train split)"
+        )
     if cost["update_reader_ms"] is not None:
         say(f"   update reader: {cost['update_reader_ms']:.2f} ms p50 for one sentence against 10 memories")
     mix = await windows()

@@ -1,6 +1,7 @@
-"""Retraining the default policy's sentence classifier and update reader reproduces the committed
-weights (`python -m memwright.agent.train`, deterministic from the labelled data in the repo). No
-services, but it embeds some 4,000 texts with the local model: seconds to a minute on 2 cores."""
+"""Retraining the default policy's sentence classifiers (MiniLM and foreign) and update reader
+reproduces the committed weights (`python -m memwright.agent.train`, deterministic from the
+labelled data in the repo). No services, but it embeds some 7,000 texts with the local models:
+seconds to a minute on 2 cores."""
 
 from __future__ import annotations
 
@@ -25,3 +26,11 @@ def test_retraining_the_update_reader_reproduces_the_committed_weights() -> None
     with np.load(train.REPLACE_FILE) as data:
         assert str(data["data_sha256"]) == digest
     assert train.same_weights(reader, committed)
+
+
+def test_retraining_the_foreign_head_reproduces_the_committed_weights() -> None:
+    from memwright.embeddings import multilingual
+
+    head = train.train_foreign(multilingual.shared())
+    committed = SentenceHead.load(train.FOREIGN_HEAD_FILE, train.FOREIGN_FEATURES)
+    assert train.same_weights(head, committed), float(np.abs(head.w - committed.w).max())

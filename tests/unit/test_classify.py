@@ -59,6 +59,36 @@ def test_the_trained_detector_reads_sentence_types(sentence: str, label: str) ->
     assert abs(sum(kind.probs.values()) - 1.0) < 1e-6 and kind.vector is not None
 
 
+@pytest.mark.parametrize(
+    ("sentence", "label"),
+    [
+        ("Je voudrais un résumé de ce texte en trois phrases.", "task"),  # the MiniLM head: standing
+        ("Bitte antworte mir immer auf Deutsch.", "standing"),
+        ("Я вегетарианец, всегда предлагай мне рецепты без мяса.", "standing"),  # MiniLM: a task
+    ],
+)
+def test_a_sentence_in_another_language_is_read_by_the_foreign_head(sentence: str, label: str) -> None:
+    [kind] = shared_detector().classify([sentence])
+    assert kind.label == label, kind.probs
+    assert kind.vector is not None and len(kind.vector) == 384  # similarities stay MiniLM's
+
+
+def test_the_multilingual_encoder_puts_a_sentence_near_its_translation() -> None:
+    from memwright.embeddings import multilingual
+
+    dutch, english, other = multilingual.shared().encode(
+        ["Ik ben vegetariër, geef me een recept.", "I'm vegetarian, give me a recipe.", "Fix the bug in my parser."]
+    )
+    assert float(dutch @ english) > float(dutch @ other) + 0.3
+    assert abs(float(english @ english) - 1.0) < 1e-5
+
+
+def test_the_committed_foreign_head_was_trained_on_the_labelled_data_as_it_is() -> None:
+    with np.load(train.FOREIGN_HEAD_FILE) as saved:
+        assert str(saved["data_sha256"]) == train.sentences_digest(train.labelled_sentences()), "run `make train`"
+        assert tuple(str(x) for x in saved["rule_features"]) == train.FOREIGN_FEATURES
+
+
 def test_the_pattern_detector_is_the_fallback_interface() -> None:
     kinds = PatternDetector().classify(["Always answer in metric units.", "How far is Lyon?", "I'm a nurse."])
     assert [k.label for k in kinds] == ["standing", "question", "weak"]

@@ -1448,7 +1448,7 @@ async def test_the_users_remark_on_why_keeps_the_instruction_before_it() -> None
             "Ich habe gekündigt und arbeite bald als Bibliothekarin.",
         ),
         (
-            "J'habite à Nantes, donc pour les sorties propose des idées là-bas.",
+            "J'habite à Nantes, donc pour les sorties propose-moi toujours des idées là-bas.",
             "On a déménagé à Grenoble le mois dernier.",
         ),
     ],
@@ -1673,3 +1673,48 @@ async def test_a_change_said_in_passing_over_a_hypothesis_is_held_again() -> Non
     memories, working = await remember(["I live in Bergen."], ["I moved to Oslo."])
     assert memories == []
     assert [h.statement for h in working.hypotheses] == ["User lives in Oslo"]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Je voudrais un résumé de ce texte en trois phrases.",
+        "Napisz mi krótkiego maila do szefa, że biorę jutro urlop na żądanie, bo dziecko ma gorączkę.",
+        "Écris-moi un mail à mon proprio pour signaler une fuite sous l'évier de la cuisine.",
+        "Corrige ce texte : « Je suis chef depuis dix ans et j'adore cuisiner des produits de saison. »",
+    ],
+)
+async def test_a_request_in_another_language_is_no_memory(said: str) -> None:
+    # the foreign head reads it (the MiniLM head read these as standing); a long quotation in
+    # another language is material (« ... »: "Je suis chef" is the text handed over, not the user)
+    memories, working = await remember([said])
+    assert memories == []
+    assert not any("chef" in h.statement for h in working.hypotheses)
+
+
+@pytest.mark.parametrize(
+    ("said", "word"),
+    [
+        ("Я вегетарианец, всегда предлагай мне рецепты без мяса.", "вегетарианец"),
+        ("我对花生过敏，推荐菜谱时请避开花生。", "花生"),  # noqa: RUF001 (a Chinese comma)
+    ],
+)
+async def test_a_preference_in_another_script_is_remembered_in_the_users_words(said: str, word: str) -> None:
+    # no Latin letters, so no content words as rules.py counts them: it still says something
+    memories, _ = await remember([said])
+    assert [(m.text.startswith('User said: "'), word in m.text) for m in memories] == [(True, True)]
+
+
+@pytest.mark.parametrize(
+    ("said", "remembered"),
+    [
+        ("Rewrite this for my bio. Keep it short.", False),  # "my" names the piece of work
+        ("Write my cover letter for a nursing job.", False),
+        ("Suggest names for my cat, she is ginger.", False),
+        ("Format my answers as bullet points please.", True),  # the replies: a rule
+        ("Translate my messages into Spanish from now on.", True),
+    ],
+)
+async def test_a_request_about_my_piece_of_work_is_no_memory(said: str, remembered: bool) -> None:
+    memories, _ = await remember([said])
+    assert bool(memories) is remembered, [m.text for m in memories]

@@ -18,6 +18,11 @@ Two detectors behind one interface (`Detector.classify(sentences) -> list[Senten
   all-MiniLM-L6-v2 sentence embedding (embeddings/local.py) plus the pattern detector's answers as a
   few features. Its weights are `data/sentence_head.npz`, written by `python -m memwright.agent.train`
   from labelled data in the repo (train.py says which); a unit test retrains and compares.
+  A sentence in another language (phrasing.is_english) is read by a second head over the
+  multilingual sentence encoder (embeddings/multilingual.py, loaded on the first such sentence),
+  trained on the same sentences with only the question feature (the patterns are English):
+  `data/foreign_head.npz`. MiniLM reads other languages little better than chance. The sentence's
+  vector stays MiniLM's, which every similarity in the policy uses.
 
 `shared_detector()` loads the trained one once per process (the curator's policy, the llm policy's
 window filter and the eval share it) and falls back to the pattern one when the model is missing.
@@ -28,6 +33,7 @@ from __future__ import annotations
 import re
 import threading
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -38,9 +44,11 @@ from memwright.agent import guard, material
 
 LABELS = ("standing", "weak", "task", "question", "meta")
 HEAD_FILE = Path(__file__).parent / "data" / "sentence_head.npz"
+FOREIGN_HEAD_FILE = Path(__file__).parent / "data" / "foreign_head.npz"
 
 # The rule features, in the order the head was trained with them.
 RULE_FEATURES = ("explicit_pattern", "weak_pattern", "question", "guard", "scoped", "standing_words", "first_person")
+FOREIGN_FEATURES = ("question",)  # the foreign head's: the other patterns read English only
 
 _QUESTION_START = re.compile(
     r"^(?:what|what's|whats|how|why|where|when|which|who|whom|whose|is|are|was|were|do|does|did|can|could|"
@@ -140,11 +148,11 @@ class SentenceHead:
         self.version = version
 
     @classmethod
-    def load(cls, path: Path = HEAD_FILE) -> SentenceHead:
+    def load(cls, path: Path = HEAD_FILE, rule_features: tuple[str, ...] = RULE_FEATURES) -> SentenceHead:
         with np.load(path, allow_pickle=False) as data:
             labels = tuple(str(x) for x in data["labels"])
             features = tuple(str(x) for x in data["rule_features"])
-            if labels != LABELS or features != RULE_FEATURES:
+            if labels != LABELS or features != rule_features:
                 raise ValueError(f"{path} was trained for labels {labels} and features {features}; retrain it")
             return cls(data["w"], data["b"], str(data["version"]))
 
@@ -152,14 +160,43 @@ class SentenceHead:
         return softmax(x @ self.w + self.b)
 
 
-class TrainedDetector:
-    """The head over the local MiniLM embedding. One per process (`shared_detector`)."""
+def foreign_features(encoder: Any, texts: list[str]) -> np.ndarray:
+    """The foreign head's input: the multilingual vector and FOREIGN_FEATURES."""
+    vectors = np.asarray(encoder.encode(texts), dtype=np.float64)
+    return np.hstack([vectors, np.asarray([[float(is_question(t))] for t in texts])])
 
-    def __init__(self, embedder: Any, head: SentenceHead) -> None:
+
+def _load_foreign() -> tuple[Any, SentenceHead] | None:
+    """The multilingual encoder and the foreign head, or None when either is missing."""
+    try:
+        from memwright.embeddings import multilingual
+
+        return multilingual.shared(), SentenceHead.load(FOREIGN_HEAD_FILE, FOREIGN_FEATURES)
+    except (ImportError, ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile):
+        return None
+
+
+class TrainedDetector:
+    """The head over the local MiniLM embedding. One per process (`shared_detector`).
+    `foreign` loads the reader of other languages (encoder and head) on first use; None: none."""
+
+    def __init__(
+        self, embedder: Any, head: SentenceHead, foreign: Callable[[], tuple[Any, SentenceHead] | None] | None = None
+    ) -> None:
         self.embedder = embedder
         self.head = head
         self.version = head.version
         self._cache: dict[str, np.ndarray] = {}
+        self._load_foreign = foreign
+        self._foreign: tuple[Any, SentenceHead] | None = None
+        self._foreign_lock = threading.Lock()
+
+    def foreign(self) -> tuple[Any, SentenceHead] | None:
+        """The reader of other languages, loaded once (a missing one is not retried)."""
+        with self._foreign_lock:
+            if self._load_foreign is not None:
+                self._foreign, self._load_foreign = self._load_foreign(), None
+            return self._foreign
 
     CACHE = 4096  # sentences whose vectors are kept (a run compares a window with what it holds)
 
@@ -186,6 +223,13 @@ class TrainedDetector:
         vectors = self.embed(sentences)
         features = np.asarray([rule_features(s) for s in sentences], dtype=np.float64)
         probs = self.head.probs(np.hstack([vectors, features]))
+        from memwright.agent import phrasing  # phrasing imports rules, which imports this module
+
+        other = [i for i, s in enumerate(sentences) if not phrasing.is_english(s)]
+        reader = self.foreign() if other else None
+        if reader is not None:
+            encoder, head = reader
+            probs[other] = head.probs(foreign_features(encoder, [sentences[i] for i in other]))
         out = []
         for s_probs, vec in zip(probs, vectors, strict=True):
             p = {name: float(v) for name, v in zip(LABELS, s_probs, strict=True)}
@@ -205,7 +249,7 @@ def shared_detector() -> Detector:
             try:
                 from memwright.embeddings import local
 
-                _shared["d"] = TrainedDetector(local.shared(), SentenceHead.load())
+                _shared["d"] = TrainedDetector(local.shared(), SentenceHead.load(), _load_foreign)
             except (ImportError, ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile):  # missing, stale, torn
                 _shared["d"] = PatternDetector()
         return _shared["d"]

@@ -74,6 +74,7 @@ DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
 DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
 STANDING_AT = 0.35  # p(standing) at which a sentence the patterns did not read is remembered at once
+STANDING_AT_OTHER_LANGUAGE = 0.6  # ... in another language (the foreign head: classify.py)
 TASK_MARGIN = 0.2  # ... unless p(task) is higher by more than this ("this is really helpful, thank you")
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning to graduate
@@ -1052,7 +1053,10 @@ class RulesPolicy:
             and kinds[complaint].p("standing") + TASK_MARGIN >= kinds[complaint].p("task")
         ):
             return _complaint_roles(said, bodies, complaint)
-        sure = [i for i, b in enumerate(bodies) if content_words(b) and not UNSURE.search(b)]  # not "cool."
+        # not "cool."; content_words reads Latin letters only ("我对花生过敏" has none)
+        sure = [
+            i for i, b in enumerate(bodies) if (content_words(b) or not phrasing.is_english(b)) and not UNSURE.search(b)
+        ]
         if not sure:
             return roles
         fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
@@ -1082,7 +1086,8 @@ class RulesPolicy:
                 return True  # "Use a formal tone with me.": not "Explain X. Be brief."
             # a rule for the assistant's replies in general needs no margin over the task
             margin = 1.0 if REPLIES.search(bodies[i]) and not scoped(bodies[i]) else TASK_MARGIN
-            return kinds[i].p("standing") >= STANDING_AT and kinds[i].p("standing") + margin >= kinds[i].p("task")
+            at = STANDING_AT if phrasing.is_english(bodies[i]) else STANDING_AT_OTHER_LANGUAGE
+            return kinds[i].p("standing") >= at and kinds[i].p("standing") + margin >= kinds[i].p("task")
 
         def _gives_its_reason(j: int, rule: int) -> bool:
             # "I've played jazz piano for twenty years. Skip the beginner stuff.", "Avoid anything with
@@ -1860,7 +1865,16 @@ def _about_the_request(said: list[str], i: int) -> bool:
         material.asks_for_something(s) or REQUEST_FRAME.match(strip_lead_in(s)) for s in [*said[: i + 1], *ahead]
     ):
         return False
-    return not (_speaks_of_self(body) or body.endswith("?") or standing_words(body))
+    # "Rewrite this for my bio.": "my" names the piece of work; not "Format my answers as bullets."
+    # nor "Write my emails in British English."
+    of_the_work = (
+        material.opens_with_request_verb(body) and not REPLIES.search(body) and not categories(body) & MANNER_CATEGORIES
+    )
+    mine = _MY.sub(" ", body) if of_the_work else body
+    return not (_speaks_of_self(mine) or body.endswith("?") or standing_words(body))
+
+
+_MY = re.compile(r"\bmy\b", re.I)
 
 
 # a held statement speaks of the user in the third person ("they're off meat these days")

@@ -1,8 +1,9 @@
-"""Train the sentence-type head (classify.py) and the update reader (replace.py), and write their
-weights, data/sentence_head.npz and data/replace_head.npz.
+"""Train the sentence-type heads (classify.py: the MiniLM one, and the foreign one over the
+multilingual encoder, on the same sentences) and the update reader (replace.py), and write their
+weights, data/sentence_head.npz, data/foreign_head.npz and data/replace_head.npz.
 
-    python -m memwright.agent.train            # train both, write the weights, report on dev
-    python -m memwright.agent.train --check    # train both and compare with the committed weights
+    python -m memwright.agent.train            # train all three, write the weights, report on dev
+    python -m memwright.agent.train --check    # train all three and compare with the committed weights
 
 The labelled sentences, all in the repo:
 
@@ -45,7 +46,17 @@ from pathlib import Path
 import numpy as np
 
 from memwright.agent import guard, rules
-from memwright.agent.classify import HEAD_FILE, LABELS, RULE_FEATURES, SentenceHead, is_question, rule_features
+from memwright.agent.classify import (
+    FOREIGN_FEATURES,
+    FOREIGN_HEAD_FILE,
+    HEAD_FILE,
+    LABELS,
+    RULE_FEATURES,
+    SentenceHead,
+    foreign_features,
+    is_question,
+    rule_features,
+)
 from memwright.agent.lexicon import says_changed
 from memwright.agent.replace import FEATURES as PAIR_FEATURES
 from memwright.agent.replace import REPLACE_FILE, ReplaceHead, pair_features
@@ -59,6 +70,7 @@ STEPS = 3000
 LEARNING_RATE = 0.5
 L2 = 3e-4
 VERSION = "minilm-head-1"
+FOREIGN_VERSION = "use-head-1"
 REPLACE_VERSION = "minilm-replace-1"
 REPLACE_L2 = 3e-3
 
@@ -181,6 +193,14 @@ def train(embedder: object) -> tuple[SentenceHead, list[tuple[str, str]], str]:
     return SentenceHead(w, b, VERSION), data, sentences_digest(data)
 
 
+def train_foreign(encoder: object) -> SentenceHead:
+    """The foreign head: the same sentences, the multilingual vector and the question feature."""
+    data = labelled_sentences()
+    y = np.asarray([LABELS.index(label) for _, label in data])
+    w, b = fit(foreign_features(encoder, [t for t, _ in data]), y)
+    return SentenceHead(w, b, FOREIGN_VERSION)
+
+
 def sentences_digest(data: list[tuple[str, str]]) -> str:
     """The labelled sentences and their pattern-detector features: a change to rules.py or
     words.toml that changes what the head is trained on changes this digest, so the fast unit test
@@ -261,13 +281,13 @@ def save_replace(head: ReplaceHead, digest: str, path: Path = REPLACE_FILE) -> N
     )
 
 
-def save(head: SentenceHead, digest: str, path: Path = HEAD_FILE) -> None:
+def save(head: SentenceHead, digest: str, path: Path = HEAD_FILE, features: tuple[str, ...] = RULE_FEATURES) -> None:
     np.savez_compressed(
         path,
         w=head.w.astype(np.float32),
         b=head.b.astype(np.float32),
         labels=np.asarray(LABELS),
-        rule_features=np.asarray(RULE_FEATURES),
+        rule_features=np.asarray(features),
         version=np.asarray(head.version),
         data_sha256=np.asarray(digest),
     )
@@ -299,10 +319,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m memwright.agent.train", description=__doc__.split("\n")[0])
     ap.add_argument("--check", action="store_true", help="retrain and compare with the committed weights")
     ap.add_argument("--out", type=Path, default=HEAD_FILE, help="where to write the sentence head")
+    ap.add_argument("--foreign-out", type=Path, default=FOREIGN_HEAD_FILE, help="where to write the foreign head")
     ap.add_argument("--replace-out", type=Path, default=REPLACE_FILE, help="where to write the update reader")
     ap.add_argument("--no-report", action="store_true", help="skip the dev report")
     args = ap.parse_args(argv)
-    from memwright.embeddings import local
+    from memwright.embeddings import local, multilingual
 
     embedder = local.shared()
     started = time.perf_counter()
@@ -312,6 +333,9 @@ def main(argv: list[str] | None = None) -> int:
         f"trained {head.version} on {len(data)} sentences ({', '.join(f'{counts[k]} {k}' for k in LABELS)}) "
         f"in {time.perf_counter() - started:.1f}s; data {digest}"
     )
+    started = time.perf_counter()
+    foreign = train_foreign(multilingual.shared())
+    print(f"trained {foreign.version} on the same sentences in {time.perf_counter() - started:.1f}s")
     started = time.perf_counter()
     reader, pairs, pairs_digest = train_replace(embedder)
     replacing = sum(r for _, _, r in pairs)
@@ -323,6 +347,8 @@ def main(argv: list[str] | None = None) -> int:
         stale = []
         if not same_weights(head, SentenceHead.load(args.out)):
             stale.append(args.out)
+        if not same_weights(foreign, SentenceHead.load(args.foreign_out, FOREIGN_FEATURES)):
+            stale.append(args.foreign_out)
         committed = ReplaceHead.load(args.replace_out)
         if not same_weights(reader, committed):
             stale.append(args.replace_out)
@@ -330,11 +356,12 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{path} differs from a fresh training: run `make train` and commit it", file=sys.stderr)
         if stale:
             return 1
-        print(f"{args.out} and {args.replace_out} match a fresh training")
+        print(f"{args.out}, {args.foreign_out} and {args.replace_out} match a fresh training")
         return 0
     save(head, digest, args.out)
+    save(foreign, digest, args.foreign_out, FOREIGN_FEATURES)
     save_replace(reader, pairs_digest, args.replace_out)
-    print(f"wrote {args.out} and {args.replace_out}")
+    print(f"wrote {args.out}, {args.foreign_out} and {args.replace_out}")
     if not args.no_report:
         print(report(embedder, SentenceHead.load(args.out), "dev"))
     return 0

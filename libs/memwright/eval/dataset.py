@@ -35,6 +35,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # "holdout": 80 users of five categories by two more such helpers, measured once at the end of that round.
 # "holdout2": 80 more users of the same five categories by two new helpers, committed at the start of
 # the eighth round before any policy change, measured at its start and at its end, never tuned on.
+# "languages": 64 users writing in 17 other languages (one-offs, explicit, repeated and single weak),
+# by a helper that saw none of the policy, for the thirteenth round; tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -45,6 +47,7 @@ SPLITS = {
     "explicit": "explicit_probe.jsonl",
     "repeats": "repeat_probe.jsonl",
     "updates2": "update_probe2.jsonl",
+    "languages": "language_probe.jsonl",
     "holdout": "holdout_probe.jsonl",
     "holdout2": "holdout2_probe.jsonl",
 }
