@@ -1696,7 +1696,7 @@ async def test_a_request_in_another_language_is_no_memory(said: str) -> None:
     ("said", "word"),
     [
         ("Я вегетарианец, всегда предлагай мне рецепты без мяса.", "вегетарианец"),
-        ("我对花生过敏，推荐菜谱时请避开花生。", "花生"),  # noqa: RUF001 (a Chinese comma)
+        ("我对花生过敏，推荐菜谱时请避开花生。", "花生"),
     ],
 )
 async def test_a_preference_in_another_script_is_remembered_in_the_users_words(said: str, word: str) -> None:
@@ -1718,3 +1718,19 @@ async def test_a_preference_in_another_script_is_remembered_in_the_users_words(s
 async def test_a_request_about_my_piece_of_work_is_no_memory(said: str, remembered: bool) -> None:
     memories, _ = await remember([said])
     assert bool(memories) is remembered, [m.text for m in memories]
+
+
+async def test_a_weak_signal_in_another_script_graduates_when_said_again() -> None:
+    # Chinese sentences end in "。" with no space, have no Latin content words, and are far apart
+    # for MiniLM: the multilingual encoder finds the repeat
+    memories, _ = await remember(
+        ["我最近开始上夜班了，帮我推荐一些做起来快的早餐。"],
+        ["白天睡不好，毕竟我每天都是夜班，有什么助眠的方法？"],
+    )
+    assert [(m.evidence, "夜班" in m.text, "。." in m.text) for m in memories] == [(["m1", "m2"], True, False)]
+
+
+def test_chinese_japanese_and_hindi_sentence_ends_split_without_a_space() -> None:
+    assert rules.sentences("我不吃辣。人均两百以内吧") == ["我不吃辣。", "人均两百以内吧"]
+    assert rules.sentences("ありがとう！タメ口で話してほしいな。") == ["ありがとう！", "タメ口で話してほしいな。"]
+    assert rules.sentences("मदद करो। उन्हें डिमेंशिया है") == ["मदद करो।", "उन्हें डिमेंशिया है"]

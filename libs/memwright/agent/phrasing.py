@@ -105,7 +105,7 @@ def memory_text(sentence: str, score: Callable[[list[str]], list[float]] | None 
     sentence = without_question(sentence)
     s = shorten(rules.strip_lead_in(sentence) or sentence.strip(), score)
     if not is_english(s):
-        return 'User said: "' + s.strip().rstrip(" .") + '".'
+        return 'User said: "' + s.strip().rstrip(" .\u3002") + '".'
     text = rules.as_memory(s)
     if text.endswith("?.") or text.endswith("?"):
         text = text.rstrip(".?") + "."

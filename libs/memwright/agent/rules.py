@@ -80,6 +80,7 @@ WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothes
 GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning to graduate
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.55  # ... when the new message is not in English (close by accident more often)
+MATCH_AT_MULTILINGUAL = 0.5  # ... or the multilingual encoder's cosine for it (other scripts, translations)
 SHARED_WORD_BONUS = 0.1  # added to that cosine when the two share a word root ("rental" ... "I rent")
 SAYS_SOMETHING = 2  # content words a sentence needs to take part in a match by meaning ("ok thanks" has none)
 SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a repeated request)
@@ -123,10 +124,11 @@ _OPENER_AT = re.compile(_OPENER, re.I)
 # the memory's lead-in first: "One thing to keep in mind:" is one lead-in, not "One thing"
 _LEAD_IN = re.compile(rf"^(?:(?:{_FOR_THE_MEMORY})|{_OPENER})+", re.IGNORECASE)
 
-# sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python")
+# sentence ends, but not after a title or an abbreviation ("Call me Dr. Okafor", "e.g. Python"); the
+# full-width ends of Chinese and Japanese and the Devanagari danda need no space after them
 _SPLIT = re.compile(
     r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
-    r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|\n+"
+    r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|(?<=[\u3002\uff01\uff1f\u0964])\s*|\n+"
 )
 # Clauses, for weak signals: a statement and a question in one sentence are two clauses.
 _CLAUSE = re.compile(
@@ -1148,11 +1150,21 @@ class RulesPolicy:
             self._vectors[text] = v
         return v
 
-    def _sentence_vectors(self, texts: list[str]) -> np.ndarray:
-        """The vectors of the sentences of `texts` that say something (SAYS_SOMETHING content words or more)."""
-        said = [s for t in texts for s in sentences(t) if len(content_words(s)) >= SAYS_SOMETHING]
+    def _sentence_vectors(self, texts: list[str], multilingual: bool = False) -> np.ndarray:
+        """The vectors of the sentences of `texts` that say something (SAYS_SOMETHING content words or
+        more, or any words in another language); from the multilingual encoder when asked and loaded
+        (a sentence and its repeat in another language, or in another script, are close there)."""
+        said = [
+            s
+            for t in texts
+            for s in sentences(t)
+            if len(content_words(s)) >= SAYS_SOMETHING or (multilingual and not phrasing.is_english(s))
+        ]
         if not said:
             return np.zeros((0, 1))
+        reader = self.detector.foreign() if multilingual and hasattr(self.detector, "foreign") else None
+        if reader is not None:
+            return np.asarray(reader[0].encode(said), dtype=np.float64)
         return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
 
     def _clause_score(self, pieces: list[str]) -> list[float]:
@@ -1332,8 +1344,10 @@ class RulesPolicy:
         sentences) says again by meaning (the best-matching sentence pair, MATCH_AT), with its score;
         a reason when it says one again word for word (a repeated request, not a disclosure); else None."""
         said = said or msg.text
+        english = phrasing.is_english(said)
         mine = self._sentence_vectors([said])
-        match_at = MATCH_AT if phrasing.is_english(said) else MATCH_AT_OTHER_LANGUAGE
+        mine_across = None if english else self._sentence_vectors([said], multilingual=True)
+        match_at = MATCH_AT if english else MATCH_AT_OTHER_LANGUAGE
         best: tuple[float, Hypothesis] | None = None
         for h in tools.working.hypotheses:
             if msg.conversation_id in h.conversations:
@@ -1345,6 +1359,11 @@ class RulesPolicy:
             behind = [tools.shown[m].text for m in h.message_ids if m in tools.shown]
             theirs = self._sentence_vectors([h.statement, *behind])
             score = float((mine @ theirs.T).max()) if len(mine) and len(theirs) else 0.0
+            if mine_across is not None:  # the multilingual cosine, on MiniLM's scale (its threshold at match_at)
+                theirs_across = self._sentence_vectors([h.statement, *behind], multilingual=True)
+                if len(mine_across) and len(theirs_across) and mine_across.shape[1] == theirs_across.shape[1]:
+                    across = float((mine_across @ theirs_across.T).max())
+                    score = max(score, across - MATCH_AT_MULTILINGUAL + match_at)
             if _shared_roots(text, [h.statement, *behind]):
                 score += SHARED_WORD_BONUS
             if score >= SAME_WORDS:
