@@ -83,6 +83,35 @@ def test_the_multilingual_encoder_puts_a_sentence_near_its_translation() -> None
     assert abs(float(english @ english) - 1.0) < 1e-5
 
 
+def test_a_text_s_multilingual_vector_does_not_depend_on_the_texts_beside_it() -> None:
+    from memwright.embeddings import multilingual
+
+    encoder = multilingual.shared()
+    alone = encoder.encode(["Для экзамена мне нужно повторить всю тему."])[0]
+    beside = encoder.encode(["Для экзамена мне нужно повторить всю тему.", "word " * 200])[0]
+    assert np.array_equal(alone, beside)
+
+
+def test_a_reader_of_other_languages_that_fails_to_load_is_tried_once_and_not_fatal(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from memwright.agent import classify
+    from memwright.embeddings import local, multilingual
+
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise RuntimeError("[ONNXRuntimeError] : 10 : INVALID_GRAPH")  # not an ImportError or OSError
+
+    monkeypatch.setattr(multilingual, "shared", broken)
+    detector = classify.TrainedDetector(local.shared(), SentenceHead.load(), classify._load_foreign)
+    for _ in range(2):
+        [kind] = detector.classify(["Bitte antworte mir immer auf Deutsch."])  # the MiniLM head reads it
+        assert kind.label in LABELS
+    assert calls == [1]
+
+
 def test_the_committed_foreign_head_was_trained_on_the_labelled_data_as_it_is() -> None:
     with np.load(train.FOREIGN_HEAD_FILE) as saved:
         assert str(saved["data_sha256"]) == train.sentences_digest(train.labelled_sentences()), "run `make train`"

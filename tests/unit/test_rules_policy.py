@@ -1705,21 +1705,6 @@ async def test_a_preference_in_another_script_is_remembered_in_the_users_words(s
     assert [(m.text.startswith('User said: "'), word in m.text) for m in memories] == [(True, True)]
 
 
-@pytest.mark.parametrize(
-    ("said", "remembered"),
-    [
-        ("Rewrite this for my bio. Keep it short.", False),  # "my" names the piece of work
-        ("Write my cover letter for a nursing job.", False),
-        ("Suggest names for my cat, she is ginger.", False),
-        ("Format my answers as bullet points please.", True),  # the replies: a rule
-        ("Translate my messages into Spanish from now on.", True),
-    ],
-)
-async def test_a_request_about_my_piece_of_work_is_no_memory(said: str, remembered: bool) -> None:
-    memories, _ = await remember([said])
-    assert bool(memories) is remembered, [m.text for m in memories]
-
-
 async def test_a_weak_signal_in_another_script_graduates_when_said_again() -> None:
     # Chinese sentences end in "。" with no space, have no Latin content words, and are far apart
     # for MiniLM: the multilingual encoder finds the repeat
@@ -1734,3 +1719,17 @@ def test_chinese_japanese_and_hindi_sentence_ends_split_without_a_space() -> Non
     assert rules.sentences("我不吃辣。人均两百以内吧") == ["我不吃辣。", "人均两百以内吧"]
     assert rules.sentences("ありがとう！タメ口で話してほしいな。") == ["ありがとう！", "タメ口で話してほしいな。"]
     assert rules.sentences("मदद करो। उन्हें डिमेंशिया है") == ["मदद करो।", "उन्हें डिमेंशिया है"]
+
+
+async def test_a_rule_in_another_script_never_replaces_an_unrelated_memory() -> None:
+    # 'User said: "..."' memories share the words "user said", and MiniLM finds two Korean
+    # sentences close whatever they say: the multilingual encoder tells them apart
+    memories, _ = await remember(
+        ["새우 알레르기가 있어서 새우 요리는 절대 추천하지 마세요."], ["앞으로 항상 반말로 대답해 주세요."]
+    )
+    assert [m.evidence for m in memories] == [["m1"], ["m2"]], [m.text for m in memories]
+
+
+async def test_a_question_with_a_full_width_question_mark_is_no_memory() -> None:
+    memories, _ = await remember(["「猫」は英語で？"])
+    assert memories == []

@@ -39,6 +39,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+import structlog
 
 from memwright.agent import guard, material
 
@@ -167,12 +168,16 @@ def foreign_features(encoder: Any, texts: list[str]) -> np.ndarray:
 
 
 def _load_foreign() -> tuple[Any, SentenceHead] | None:
-    """The multilingual encoder and the foreign head, or None when either is missing."""
+    """The multilingual encoder and the foreign head, or None (logged once) when either is missing or
+    does not load: other languages are then read by the MiniLM head."""
     try:
         from memwright.embeddings import multilingual
 
         return multilingual.shared(), SentenceHead.load(FOREIGN_HEAD_FILE, FOREIGN_FEATURES)
-    except (ImportError, ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile):
+    except Exception as exc:  # onnxruntime's own errors too: a broken model must not stop a run
+        structlog.get_logger("memwright.classify").warning(
+            "foreign_reader_unavailable", error=f"{type(exc).__name__}: {exc}"
+        )
         return None
 
 
@@ -195,7 +200,8 @@ class TrainedDetector:
         """The reader of other languages, loaded once (a missing one is not retried)."""
         with self._foreign_lock:
             if self._load_foreign is not None:
-                self._foreign, self._load_foreign = self._load_foreign(), None
+                load, self._load_foreign = self._load_foreign, None  # tried once, even if it fails
+                self._foreign = load()
             return self._foreign
 
     CACHE = 4096  # sentences whose vectors are kept (a run compares a window with what it holds)

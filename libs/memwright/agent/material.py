@@ -130,7 +130,7 @@ _WH_WORD = re.compile(r"\b(?:what|how|why|where|when|which|who)\b", re.I)
 def ends_asking(text: str) -> bool:
     """Whether `text` ends in a question mark that asks: not the surprised "??" of a statement ("my
     partner got me into horror films and I love them now??"), one with no wh-word."""
-    s = text.strip()
+    s = text.strip().replace("\uff1f", "?")  # the full-width question mark of Chinese and Japanese
     return s.endswith("?") and not (_SURPRISE.search(s) and not _WH_WORD.search(s))
 
 

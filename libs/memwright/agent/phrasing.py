@@ -31,9 +31,8 @@ _ENGLISH = rules.STOP - frozenset(lexicon.WORDS["both_languages"])
 
 def is_english(text: str) -> bool:
     """English unless most of its words are in another script (Cyrillic, Han, Arabic, ...) or it
-    holds more function words of another language (data/words.toml `other_languages`), and words
-    with accented letters at half weight ("résumé"), than English function words: a short text
-    with neither ("chicken thigh dinner idea") is English. A capitalised word after the first is a
+    holds more function words of another language (data/words.toml `other_languages`) than English
+    ones: a short text with neither ("chicken thigh dinner idea") is English. A capitalised word after the first is a
     name ("Los Angeles based"), not a word of either side, nor is a capitalised first word before
     another ("Les Paul guitar owner")."""
     tokens = _ANY_WORD.findall(text.replace("\u2019", "'"))
@@ -42,8 +41,7 @@ def is_english(text: str) -> bool:
     capital = [t[:1].isupper() for t in tokens] + [False]
     found = [t.lower() for i, t in enumerate(tokens) if not (capital[i] and (i > 0 or capital[i + 1]))]
     english = sum(1 for w in found if w in _ENGLISH)
-    other = sum(1.0 if w in _OTHER_LANGUAGES else 0.5 if not w.isascii() else 0.0 for w in found)  # "j'habite à"
-    other += 1 if re.search(r"[¿¡]", text) else 0
+    other = sum(1 for w in found if w in _OTHER_LANGUAGES) + (1 if re.search(r"[¿¡]", text) else 0)
     return other <= english
 
 

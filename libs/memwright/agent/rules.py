@@ -81,6 +81,7 @@ GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.55  # ... when the new message is not in English (close by accident more often)
 MATCH_AT_MULTILINGUAL = 0.5  # ... or the multilingual encoder's cosine for it (other scripts, translations)
+APART_ACROSS_LANGUAGES = 0.25  # multilingual cosine under which a sentence never updates a memory in another language
 SHARED_WORD_BONUS = 0.1  # added to that cosine when the two share a word root ("rental" ... "I rent")
 SAYS_SOMETHING = 2  # content words a sentence needs to take part in a match by meaning ("ok thanks" has none)
 SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a repeated request)
@@ -1580,7 +1581,9 @@ class RulesPolicy:
             else:
                 close = score >= DUPLICATE_SCORE
             if (close or same_words) and polarity(m.text) == polarity(text):
-                return m
+                # 'User said: "..."' of two sentences in another script share only "user said"
+                if not self._apart_across_languages(text, m):
+                    return m
         return None
 
     @staticmethod
@@ -1661,11 +1664,24 @@ class RulesPolicy:
         if closest is None:
             return None
         if closest[1] >= SAME_TOPIC:
-            return closest[0]
-        replaced = self._replaced(tools, vector, sentence)
-        if replaced is not None:
-            return replaced
-        return closest[0] if closest[1] >= _update_threshold(changing, said or sentence, sentence) else None
+            found: Memory | None = closest[0]
+        else:
+            found = self._replaced(tools, vector, sentence)
+            if found is None and closest[1] >= _update_threshold(changing, said or sentence, sentence):
+                found = closest[0]
+        return None if found is not None and self._apart_across_languages(sentence, found) else found
+
+    def _apart_across_languages(self, sentence: str, memory: Memory) -> bool:
+        """Whether a sentence or memory in another language is far from the other by the multilingual
+        encoder (APART_ACROSS_LANGUAGES): MiniLM finds unrelated sentences of one other language
+        close, and a rule on politeness in Korean had replaced an allergy."""
+        if phrasing.is_english(sentence) and phrasing.is_english(memory.text):
+            return False
+        reader = self.detector.foreign() if hasattr(self.detector, "foreign") else None
+        if reader is None:
+            return False
+        mine, theirs = reader[0].encode([_USER_SAID.sub(r"\1", t) for t in (sentence, memory.text)])
+        return float(mine @ theirs) < APART_ACROSS_LANGUAGES
 
     def _replaced(self, tools: MemoryTools, vector: np.ndarray, sentence: str) -> Memory | None:
         """The agent memory the update reader (replace.py) says `sentence` replaces (REPLACE_AT),
@@ -1705,6 +1721,8 @@ class RulesPolicy:
             )
             return _Outcome(result, not result.startswith("Refused"), existing.memory_id)
         conflict = self._conflict(tools, text, changing)
+        if conflict is not None and self._apart_across_languages(text, conflict):
+            conflict = None  # the words of 'User said: "..."' agree; the sentences do not
         if conflict is None and self._embedder() is not None:
             conflict = self._meaning_conflict(tools, text, changing, said)
         if conflict is not None:
@@ -1884,16 +1902,10 @@ def _about_the_request(said: list[str], i: int) -> bool:
         material.asks_for_something(s) or REQUEST_FRAME.match(strip_lead_in(s)) for s in [*said[: i + 1], *ahead]
     ):
         return False
-    # "Rewrite this for my bio.": "my" names the piece of work; not "Format my answers as bullets."
-    # nor "Write my emails in British English."
-    of_the_work = (
-        material.opens_with_request_verb(body) and not REPLIES.search(body) and not categories(body) & MANNER_CATEGORIES
-    )
-    mine = _MY.sub(" ", body) if of_the_work else body
-    return not (_speaks_of_self(mine) or body.endswith("?") or standing_words(body))
+    return not (_speaks_of_self(body) or body.endswith("?") or standing_words(body))
 
 
-_MY = re.compile(r"\bmy\b", re.I)
+_USER_SAID = re.compile(r'User said: "(.*?)"\.?')  # phrasing.memory_text's quotation of another language
 
 
 # a held statement speaks of the user in the third person ("they're off meat these days")

@@ -55,7 +55,7 @@ class MultilingualEncoder:
     name = "use-multilingual-v3"
     dim = DIM
 
-    def __init__(self, threads: int = 1, batch_size: int = 32) -> None:
+    def __init__(self, threads: int = 1) -> None:
         started = time.perf_counter()
         try:
             import onnxruntime as ort
@@ -75,18 +75,19 @@ class MultilingualEncoder:
         options.inter_op_num_threads = 1
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")  # as local.py
         self.session: Any = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
-        self.batch_size = batch_size
         self._lock = threading.Lock()
         self.load_seconds = time.perf_counter() - started
 
     def encode(self, texts: list[str]) -> np.ndarray:
-        """[len(texts), 512] float32 unit vectors, in the order of `texts`."""
+        """[len(texts), 512] float32 unit vectors, in the order of `texts`. One text per call: the
+        int8 graph quantises each batch by its own range, so a text's vector would depend on the
+        texts beside it."""
         if not texts:
             return np.zeros((0, DIM), dtype=np.float32)
         parts = []
         with self._lock:
-            for i in range(0, len(texts), self.batch_size):
-                parts.append(self.session.run(["outputs"], {"inputs": texts[i : i + self.batch_size]})[0])
+            for text in texts:
+                parts.append(self.session.run(["outputs"], {"inputs": [text]})[0])
         vectors = np.vstack(parts).astype(np.float32)
         return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
