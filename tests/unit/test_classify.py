@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import numpy as np
@@ -110,6 +111,30 @@ def test_a_reader_of_other_languages_that_fails_to_load_is_tried_once_and_not_fa
         [kind] = detector.classify(["Bitte antworte mir immer auf Deutsch."])  # the MiniLM head reads it
         assert kind.label in LABELS
     assert calls == [1]
+
+
+def test_a_non_english_user_s_held_sentences_are_encoded_once_across_runs() -> None:
+    """The multilingual encoder runs one text per call (slow); the policy compares each new message
+    with every held hypothesis and memory, so their vectors must come from the cache, as MiniLM's do."""
+    from memwright.agent import classify
+    from memwright.embeddings import local, multilingual
+
+    encoded: list[str] = []
+
+    class Counting:
+        def encode(self, texts: list[str]) -> np.ndarray:
+            encoded.extend(texts)
+            return multilingual.shared().encode(texts)
+
+    detector = classify.TrainedDetector(
+        local.shared(),
+        SentenceHead.load(),
+        lambda: (Counting(), SentenceHead.load(classify.FOREIGN_HEAD_FILE, classify.FOREIGN_FEATURES)),
+    )
+    said = ["Ich trinke morgens gern grünen Tee.", "Ich habe einen Hund namens Bruno.", "Wo ist der Bahnhof?"]
+    case = UserCase("u", [Conversation(f"c{i}", [EvalMessage(f"m{i}", s)]) for i, s in enumerate(said * 2)])
+    asyncio.run(run_user(RulesPolicy(detector=detector), case))
+    assert encoded and len(encoded) == len(set(encoded)), [t for t in set(encoded) if encoded.count(t) > 1]
 
 
 def test_the_committed_foreign_head_was_trained_on_the_labelled_data_as_it_is() -> None:

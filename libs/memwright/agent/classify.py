@@ -161,10 +161,9 @@ class SentenceHead:
         return softmax(x @ self.w + self.b)
 
 
-def foreign_features(encoder: Any, texts: list[str]) -> np.ndarray:
-    """The foreign head's input: the multilingual vector and FOREIGN_FEATURES."""
-    vectors = np.asarray(encoder.encode(texts), dtype=np.float64)
-    return np.hstack([vectors, np.asarray([[float(is_question(t))] for t in texts])])
+def foreign_features(vectors: np.ndarray, texts: list[str]) -> np.ndarray:
+    """The foreign head's input: the texts' multilingual vectors and FOREIGN_FEATURES."""
+    return np.hstack([np.asarray(vectors, dtype=np.float64), np.asarray([[float(is_question(t))] for t in texts])])
 
 
 def _load_foreign() -> tuple[Any, SentenceHead] | None:
@@ -181,6 +180,21 @@ def _load_foreign() -> tuple[Any, SentenceHead] | None:
         return None
 
 
+def _cached(cache: dict[str, np.ndarray], encoder: Any, texts: list[str], limit: int) -> np.ndarray:
+    """`encoder`'s vectors of `texts`, encoding only those not in `cache` (cleared when full)."""
+    missing = list(dict.fromkeys(t for t in texts if t not in cache))
+    if missing:
+        if len(cache) + len(missing) > limit:
+            cache.clear()
+        for t, v in zip(missing, encoder.encode(missing), strict=True):
+            cache[t] = np.asarray(v, dtype=np.float64)
+    out = []
+    for t in texts:
+        v = cache.get(t)  # another run may have cleared the cache meanwhile
+        out.append(v if v is not None else np.asarray(encoder.encode([t])[0], dtype=np.float64))
+    return np.asarray(out)
+
+
 class TrainedDetector:
     """The head over the local MiniLM embedding. One per process (`shared_detector`).
     `foreign` loads the reader of other languages (encoder and head) on first use; None: none."""
@@ -192,6 +206,7 @@ class TrainedDetector:
         self.head = head
         self.version = head.version
         self._cache: dict[str, np.ndarray] = {}
+        self._across_cache: dict[str, np.ndarray] = {}
         self._load_foreign = foreign
         self._foreign: tuple[Any, SentenceHead] | None = None
         self._foreign_lock = threading.Lock()
@@ -204,24 +219,17 @@ class TrainedDetector:
                 self._foreign = load()
             return self._foreign
 
-    CACHE = 4096  # sentences whose vectors are kept (a run compares a window with what it holds)
+    CACHE = 4096  # sentences whose vectors are kept, per encoder (a run compares a window with what it holds)
 
     def embed(self, texts: list[str]) -> np.ndarray:
-        cache = self._cache
-        missing = list(dict.fromkeys(t for t in texts if t not in cache))
-        if missing:
-            if len(cache) + len(missing) > self.CACHE:
-                cache.clear()
-            for t, v in zip(missing, self.embedder.encode(missing), strict=True):
-                cache[t] = np.asarray(v, dtype=np.float64)
-        return np.asarray([self._get(t) for t in texts])
+        """MiniLM vectors, cached."""
+        return _cached(self._cache, self.embedder, texts, self.CACHE)
 
-    def _get(self, text: str) -> np.ndarray:
-        v = self._cache.get(text)  # another run may have cleared the cache meanwhile
-        return v if v is not None else self._one(text)
-
-    def _one(self, text: str) -> np.ndarray:
-        return np.asarray(self.embedder.encode([text])[0], dtype=np.float64)
+    def embed_across(self, texts: list[str]) -> np.ndarray | None:
+        """Multilingual vectors (a sentence lies near its translation), cached; None when the reader
+        of other languages is not there."""
+        reader = self.foreign()
+        return None if reader is None else _cached(self._across_cache, reader[0], texts, self.CACHE)
 
     def classify(self, sentences: list[str]) -> list[SentenceType]:
         if not sentences:
@@ -234,8 +242,9 @@ class TrainedDetector:
         other = [i for i, s in enumerate(sentences) if not phrasing.is_english(s)]
         reader = self.foreign() if other else None
         if reader is not None:
-            encoder, head = reader
-            probs[other] = head.probs(foreign_features(encoder, [sentences[i] for i in other]))
+            texts = [sentences[i] for i in other]
+            vectors_across = _cached(self._across_cache, reader[0], texts, self.CACHE)
+            probs[other] = reader[1].probs(foreign_features(vectors_across, texts))
         out = []
         for s_probs, vec in zip(probs, vectors, strict=True):
             p = {name: float(v) for name, v in zip(LABELS, s_probs, strict=True)}

@@ -32,9 +32,9 @@ _ENGLISH = rules.STOP - frozenset(lexicon.WORDS["both_languages"])
 def is_english(text: str) -> bool:
     """English unless most of its words are in another script (Cyrillic, Han, Arabic, ...) or it
     holds more function words of another language (data/words.toml `other_languages`) than English
-    ones: a short text with neither ("chicken thigh dinner idea") is English. A capitalised word after the first is a
-    name ("Los Angeles based"), not a word of either side, nor is a capitalised first word before
-    another ("Les Paul guitar owner")."""
+    ones: a short text with neither ("chicken thigh dinner idea") is English. A capitalised word
+    after the first is a name ("Los Angeles based"), not a word of either side, nor is a
+    capitalised first word before another ("Les Paul guitar owner")."""
     tokens = _ANY_WORD.findall(text.replace("\u2019", "'"))
     if sum(1 for t in tokens if not _latin(t)) * 2 > len(tokens):  # "как приготовить борщ", "请帮我写"
         return False

@@ -1163,9 +1163,9 @@ class RulesPolicy:
         ]
         if not said:
             return np.zeros((0, 1))
-        reader = self.detector.foreign() if multilingual and hasattr(self.detector, "foreign") else None
-        if reader is not None:
-            return np.asarray(reader[0].encode(said), dtype=np.float64)
+        across = self.detector.embed_across(said) if multilingual and hasattr(self.detector, "embed_across") else None
+        if across is not None:
+            return across
         return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
 
     def _clause_score(self, pieces: list[str]) -> list[float]:
@@ -1677,10 +1677,12 @@ class RulesPolicy:
         close, and a rule on politeness in Korean had replaced an allergy."""
         if phrasing.is_english(sentence) and phrasing.is_english(memory.text):
             return False
-        reader = self.detector.foreign() if hasattr(self.detector, "foreign") else None
-        if reader is None:
+        if not hasattr(self.detector, "embed_across"):
             return False
-        mine, theirs = reader[0].encode([_USER_SAID.sub(r"\1", t) for t in (sentence, memory.text)])
+        across = self.detector.embed_across([_USER_SAID.sub(r"\1", t) for t in (sentence, memory.text)])
+        if across is None:
+            return False
+        mine, theirs = across
         return float(mine @ theirs) < APART_ACROSS_LANGUAGES
 
     def _replaced(self, tools: MemoryTools, vector: np.ndarray, sentence: str) -> Memory | None:

@@ -197,7 +197,8 @@ def train_foreign(encoder: object) -> SentenceHead:
     """The foreign head: the same sentences, the multilingual vector and the question feature."""
     data = labelled_sentences()
     y = np.asarray([LABELS.index(label) for _, label in data])
-    w, b = fit(foreign_features(encoder, [t for t, _ in data]), y)
+    texts = [t for t, _ in data]
+    w, b = fit(foreign_features(encoder.encode(texts), texts), y)  # type: ignore[attr-defined]
     return SentenceHead(w, b, FOREIGN_VERSION)
 
 
