@@ -1682,6 +1682,11 @@ async def test_a_change_said_in_passing_over_a_hypothesis_is_held_again() -> Non
         "Napisz mi krótkiego maila do szefa, że biorę jutro urlop na żądanie, bo dziecko ma gorączkę.",
         "Écris-moi un mail à mon proprio pour signaler une fuite sous l'évier de la cuisine.",
         "Corrige ce texte : « Je suis chef depuis dix ans et j'adore cuisiner des produits de saison. »",
+        # read as rules until the foreign head learnt from requests in other languages
+        # (data/sentences_other_languages.jsonl): the languages probe's own messages
+        "pomoz mi z zadaniem z matmy, rozwiaz rownanie 2x^2 - 5x + 3 = 0 krok po kroku bo nie rozumiem tej delty",
+        "Напиши, будь ласка, оголошення на OLX про продаж дитячої коляски",
+        "Giải thích giúp mình thì hiện tại hoàn thành khác quá khứ đơn thế nào, cho ví dụ dễ hiểu",
     ],
 )
 async def test_a_request_in_another_language_is_no_memory(said: str) -> None:

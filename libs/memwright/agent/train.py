@@ -22,6 +22,9 @@ The labelled sentences, all in the repo:
    is wrong or ambiguous ({"text", "label"}); a hand label wins over a derived one.
 3. data/sentences.jsonl: sentences written for the head in varied styles ({"text", "label"}),
    hard negatives above all (long chatty messages, "can you recommend ... for me?", questions).
+4. data/sentences_other_languages.jsonl: the same, in other languages and scripts, for the foreign
+   head only (requests, role-plays and thanks in Polish, Russian, Hindi, ... that it read as rules);
+   in the MiniLM head, which reads English only, they cost recall on English.
 
 The update reader's pairs ({memory, said, replaces}): data/pairs.jsonl, written for it, and pairs
 read off the train split (`derive_pairs`): an update's old message, as a memory, is replaced by its
@@ -65,6 +68,7 @@ from memwright.eval.dataset import UserCase, load, split_path
 DATA = Path(__file__).parent / "data"
 HAND_SENTENCES = DATA / "sentences.jsonl"
 HAND_LABELS = DATA / "sentence_labels.jsonl"
+OTHER_LANGUAGES = DATA / "sentences_other_languages.jsonl"
 PAIRS = DATA / "pairs.jsonl"
 STEPS = 3000
 LEARNING_RATE = 0.5
@@ -136,8 +140,9 @@ def derive(cases: list[UserCase], categorised: bool = True) -> list[tuple[str, s
     return out
 
 
-def labelled_sentences() -> list[tuple[str, str]]:
-    """Every training sentence once, sorted by text; a hand label wins over a derived one."""
+def labelled_sentences(other_languages: bool = False) -> list[tuple[str, str]]:
+    """Every training sentence once, sorted by text; a hand label wins over a derived one. With
+    `other_languages`: also data/sentences_other_languages.jsonl (the foreign head's)."""
     derived = derive(load(split_path("train"))) + derive(load(split_path("shipped")), categorised=False)
     labels: dict[str, str] = {}
     conflicts: set[str] = set()
@@ -147,7 +152,8 @@ def labelled_sentences() -> list[tuple[str, str]]:
         labels.setdefault(text, label)
     for text in conflicts:  # the same words labelled two ways by the derivation: trust neither
         del labels[text]
-    for row in _read_jsonl(HAND_LABELS) + _read_jsonl(HAND_SENTENCES):
+    hand = _read_jsonl(HAND_LABELS) + _read_jsonl(HAND_SENTENCES)
+    for row in hand + (_read_jsonl(OTHER_LANGUAGES) if other_languages else []):
         labels[row["text"]] = row["label"]
     return sorted(labels.items())
 
@@ -194,8 +200,9 @@ def train(embedder: object) -> tuple[SentenceHead, list[tuple[str, str]], str]:
 
 
 def train_foreign(encoder: object) -> SentenceHead:
-    """The foreign head: the same sentences, the multilingual vector and the question feature."""
-    data = labelled_sentences()
+    """The foreign head: the same sentences and those in other languages, over the multilingual
+    vector and the question feature."""
+    data = labelled_sentences(other_languages=True)
     y = np.asarray([LABELS.index(label) for _, label in data])
     texts = [t for t, _ in data]
     w, b = fit(foreign_features(encoder.encode(texts), texts), y)  # type: ignore[attr-defined]
@@ -336,7 +343,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     started = time.perf_counter()
     foreign = train_foreign(multilingual.shared())
-    print(f"trained {foreign.version} on the same sentences in {time.perf_counter() - started:.1f}s")
+    foreign_digest = sentences_digest(labelled_sentences(other_languages=True))
+    print(
+        f"trained {foreign.version} on those and {len(_read_jsonl(OTHER_LANGUAGES))} in other languages "
+        f"in {time.perf_counter() - started:.1f}s; data {foreign_digest}"
+    )
     started = time.perf_counter()
     reader, pairs, pairs_digest = train_replace(embedder)
     replacing = sum(r for _, _, r in pairs)
@@ -360,7 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{args.out}, {args.foreign_out} and {args.replace_out} match a fresh training")
         return 0
     save(head, digest, args.out)
-    save(foreign, digest, args.foreign_out, FOREIGN_FEATURES)
+    save(foreign, foreign_digest, args.foreign_out, FOREIGN_FEATURES)
     save_replace(reader, pairs_digest, args.replace_out)
     print(f"wrote {args.out}, {args.foreign_out} and {args.replace_out}")
     if not args.no_report:
