@@ -39,6 +39,15 @@ from tests.unit.test_rules_policy import remember
             'Help me polish my friend\'s bio. Her current version reads "I am a certified yoga teacher in Austin"',
             "Help me polish my friend's bio. Her current version reads …",
         ),
+        # a line in single quotes, after a request in another language, is handed over; inside a
+        # line a single quote is an apostrophe
+        (
+            "Kun je deze zinnen naar het Nederlands vertalen? Het is voor een kaartje dat mijn opa in zijn "
+            "portemonnee wil hebben als hij op reis gaat:\n\n'I am allergic to penicillin. I have a pacemaker.'",
+            "Kun je deze zinnen naar het Nederlands vertalen? Het is voor een kaartje dat mijn opa in zijn "
+            "portemonnee wil hebben als hij op reis gaat:\n\n…",
+        ),
+        ("I'm allergic to penicillin.\n'tis the season, so ideas for my mum's gift?", None),
         # inch marks are no quotation
         ('Compare my 15" MacBook Pro and my 24" iMac.', 'Compare my 15" MacBook Pro and my 24" iMac.'),
         # a quotation outside a request is the user's own complaint, kept whole
@@ -48,8 +57,8 @@ from tests.unit.test_rules_policy import remember
         ),
     ],
 )
-def test_own_words_leave_out_what_the_user_hands_over(text: str, own: str) -> None:
-    assert own_words(text) == own
+def test_own_words_leave_out_what_the_user_hands_over(text: str, own: str | None) -> None:
+    assert own_words(text) == (text if own is None else own)
 
 
 def test_frames_and_requests() -> None:
