@@ -4,7 +4,7 @@ nothing in them becomes a memory, while the user's own words beside them still d
 from __future__ import annotations
 
 import pytest
-from memwright.agent.material import frame, is_request, own_words, typed_like_a_search
+from memwright.agent.material import frame, is_request, own_words, typed_like_a_search, works_on_this
 
 from tests.unit.test_rules_policy import remember
 
@@ -59,6 +59,14 @@ from tests.unit.test_rules_policy import remember
 )
 def test_own_words_leave_out_what_the_user_hands_over(text: str, own: str | None) -> None:
     assert own_words(text) == (text if own is None else own)
+
+
+def test_work_on_the_text_at_hand() -> None:
+    assert works_on_this("Rewrite this for my bio.")
+    assert works_on_this("Can you please translate these for my grandma?")
+    assert not works_on_this("Write this way from now on.")
+    assert not works_on_this("This is for my bio.")
+    assert not works_on_this("Write a bio for me.")
 
 
 def test_frames_and_requests() -> None:

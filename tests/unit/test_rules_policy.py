@@ -726,6 +726,9 @@ async def test_i_have_stopped_after_i_am_off_it_says_it_again_rather_than_contra
         "Ayúdame a escribir una carta de renuncia para mi jefa.",
         "Hilf mir, eine kurze Rede für die Hochzeit meiner Schwester zu schreiben.",
         "I was wondering how I can get my toddler to sleep past 5am.",
+        # work on the text at hand, for something of the user's: not a fact about the user
+        "Rewrite this for my bio.",
+        "Please shorten these for my CV.",
     ],
 )
 async def test_a_request_in_the_first_person_is_not_remembered_at_once(sentence: str) -> None:

@@ -127,6 +127,16 @@ def opens_with_request_verb(sentence: str) -> bool:
     return _request_verb(sentence)[1] is not None
 
 
+_THIS = re.compile(r"\s*(?:this|these)\b(?! (?:way|kind|sort|type|style|tone)\b)", re.I)
+
+
+def works_on_this(sentence: str) -> bool:
+    """Whether a sentence asks for work on the text at hand: "Rewrite this for my bio.", "Shorten
+    these for my CV." (not "Write this way from now on.")."""
+    head, verb = _request_verb(sentence)
+    return verb is not None and _THIS.match(head, verb.end()) is not None
+
+
 _SURPRISE = re.compile(r"\?\s*\?$")
 _WH_WORD = re.compile(r"\b(?:what|how|why|where|when|which|who)\b", re.I)
 

@@ -1853,8 +1853,9 @@ def _complaint_roles(said: list[str], bodies: list[str], complaint: int) -> list
 
 def _task_bound(body: str) -> bool:
     """Words tie the sentence to the task at hand and none says a habit: "the budget for this trip
-    is 800 euros", not "I always travel carry-on, so the list has to fit a 40L bag"."""
-    return scoped(body) and not _HABIT.search(body)
+    is 800 euros", not "I always travel carry-on, so the list has to fit a 40L bag"; or it asks for
+    work on the text at hand ("Rewrite this for my bio.")."""
+    return (scoped(body) or material.works_on_this(body)) and not _HABIT.search(body)
 
 
 # "Give me ten names", "explain it like I'm five" ask; they disclose nothing
