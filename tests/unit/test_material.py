@@ -24,6 +24,8 @@ from tests.unit.test_rules_policy import remember
         # the user's own words stay: a short quotation, a colon that introduces no material
         ('also don\'t start with "Great question"', 'also don\'t start with "Great question"'),
         ("One more thing: always use metric units.", "One more thing: always use metric units."),
+        # a rule before the colon: what follows is how, not material ("Write this way" is a request)
+        ("Write this way from now on: short, no fluff.", "Write this way from now on: short, no fluff."),
         (
             "Quick question: I'm vegetarian, what protein is good?",
             "Quick question: I'm vegetarian, what protein is good?",

@@ -719,6 +719,11 @@ async def test_i_have_stopped_after_i_am_off_it_says_it_again_rather_than_contra
     assert [m.evidence for m in memories] == [["m1", "m2"]] and "meat" in memories[0].text
 
 
+async def test_a_rule_cut_before_its_material_keeps_no_colon() -> None:
+    memories, _ = await remember(["Summarize this, always in three bullets: The board met and I never agreed."])
+    assert [m.text for m in memories] == ["Summarize this, always in three bullets."]
+
+
 @pytest.mark.parametrize(
     "sentence",
     [

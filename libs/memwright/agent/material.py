@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from memwright.agent.lexicon import word_pattern
+from memwright.agent.lexicon import STANDING, word_pattern
 
 _CUE = word_pattern("material_cues")
 _ROLEPLAY = word_pattern("roleplay_frames")
@@ -61,6 +61,8 @@ def _introduces_material(request: str) -> bool:
     """Whether the words before a colon (or a line break) ask for work on a text: a request
     ("Proofread this", "Summarize the following ...") that names one; not "I prefer this format"."""
     last = _SENTENCE_END.split(request)[-1]  # only the sentence the colon ends
+    if STANDING.search(last):
+        return False  # a rule and what it asks for: "Write this way from now on: short, no fluff."
     return is_request(last) and bool(_CUE.search(last)) and len(last.split()) <= 25
 
 

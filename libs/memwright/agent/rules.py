@@ -64,7 +64,7 @@ import numpy as np
 
 from memwright.agent import guard, material, replace
 from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
-from memwright.agent.lexicon import WORDS
+from memwright.agent.lexicon import STANDING, WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
 from memwright.embeddings import cosine, hashing_embed
@@ -261,7 +261,7 @@ _REQUEST_PREFIX = re.compile(
 def as_memory(clause: str) -> str:
     """A clause the user wrote, as the text of a memory: no lead-in, third person, one sentence."""
     s = strip_lead_in(clause).strip()
-    s = (_TRAILING_POINTER.sub("", s) if not _BARE_POINTER.match(s) else s).rstrip(" .!;,")  # ", remember that"
+    s = (_TRAILING_POINTER.sub("", s) if not _BARE_POINTER.match(s) else s).rstrip(" .!;,:")  # ", remember that"
     s = _REQUEST_PREFIX.sub("", s)
     s = re.sub(r"^(?:please|kindly)[\s,]+", "", s, flags=re.I)
     s = re.sub(r"^(?:can|could|would|will) you (?:please )?", "", s, flags=re.I).rstrip(" ?")
@@ -356,11 +356,6 @@ _EXPLICIT = [
         r"\bi(?:'m| am) allergic to\b|\bi have an? [\w -]{1,30} allergy\b",
     )
 ]
-_STANDING = re.compile(
-    r"\b(?:from now on|from here on|going forward|moving forward|in (?:the )?future|every time|all (?:my |future )|"
-    r"whenever|for future reference|henceforth|in general|generally|in every|all the time)\b",
-    re.IGNORECASE,
-)
 _SCOPED = re.compile(
     r"\b(?:this|that|the|these|those) (?:one|ones|time|email|message|doc|document|draft|table|file|"
     r"function|answer|reply|response|question|list|script|post|essay|letter|paragraph|section|query|"
@@ -400,12 +395,12 @@ def scoped(sentence: str) -> bool:
     """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
     if _NOT_JUST.search(sentence):
         return False
-    return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not _STANDING.search(sentence)
+    return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not STANDING.search(sentence)
 
 
 def standing_words(sentence: str) -> bool:
     """Words that make a sentence standing ("from now on", "whenever", "in general")."""
-    return bool(_STANDING.search(sentence))
+    return bool(STANDING.search(sentence))
 
 
 _PLEASE = re.compile(r"\b(?:pls|plz|pleas|pleeease|pleease)\b", re.I)
