@@ -27,10 +27,11 @@ _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("a
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
 # paired left to right; not inch marks ('I'm 6'2" and my wife is 5'4"', 'my 15" MacBook and my 24" iMac');
-# single quotes only around a whole line (inside a line they are apostrophes: "I'm", "Alzheimer's")
+# single quotes only from the start of a line or of a sentence to the end of the line (elsewhere
+# they are apostrophes: "I'm", "Alzheimer's")
 QUOTES = re.compile(
     r'(?<!\d)"[^"\n]*"|“[^”]*”|„[^“”]*[“”]|«[^»]*»|「[^」]*」|『[^』]*』'
-    r"|(?<![^\n])[ \t]*['\u2018][^\n]*['\u2019][ \t]*(?![^\n])"
+    r"|(?:(?<![^\n])[ \t]*|(?<=[.?!:] ))['\u2018][^\n]*['\u2019][.!?]?[ \t]*(?![^\n])"
 )
 QUOTE_WORDS = 5  # a quotation this long is material; a short one stays ('don't start with "Great question"')
 _OPENING = re.compile(
@@ -67,16 +68,21 @@ def _introduces_material(request: str) -> bool:
 
 
 def own_words(text: str) -> str:
-    """The message without code, the material a request introduces, and, in a request or in
-    another language (whose requests these patterns cannot read), long quotations (a quotation the
-    user complains about stays: 'stop saying "as an AI model I ..."')."""
+    """The message without code, the material a request introduces, and long quotations in a
+    request, right after one, or in another language (whose requests these patterns cannot read)
+    (a quotation the user complains about stays: 'stop saying "as an AI model I ..."')."""
     from memwright.agent import phrasing  # phrasing imports this module
 
     s = _FENCE.sub(" ", text)
     if "\n" in s:
         s = _INDENTED.sub(" ", s)
-    if is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]) or not phrasing.is_english(s):
-        s = QUOTES.sub(lambda m: "…" if len(m.group(0).split()) >= QUOTE_WORDS else m.group(0), s)
+    anywhere = is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]) or not phrasing.is_english(s)
+
+    def handed_over(quote: re.Match[str]) -> str:
+        asked = anywhere or is_request(_SENTENCE_END.split(s[: quote.start()].strip())[-1])
+        return "…" if asked and len(quote.group(0).split()) >= QUOTE_WORDS else quote.group(0)
+
+    s = QUOTES.sub(handed_over, s)
     for match in re.finditer(r":(?!\d|//)", s):
         if _introduces_material(s[: match.start()]):
             # a paragraph after the material that opens as an aside is the user again ("...\n\nAlso,
