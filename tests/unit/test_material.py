@@ -50,13 +50,20 @@ from tests.unit.test_rules_policy import remember
             "portemonnee wil hebben als hij op reis gaat:\n\n…",
         ),
         ("I'm allergic to penicillin.\n'tis the season, so ideas for my mum's gift?", None),
-        # ... or from a sentence's start to the line's end, right after a request
+        # ... not a line that only opens and ends with apostrophes
+        ("Any protein snack ideas?\n'Cause I'm lactose intolerant and I'm always snackin'", None),
+        # a long quotation right after a request, when the message opened with something else
         (
-            "It's for a workshop handout. Can you proofread this one? 'I prefer working in small teams "
-            "where everyone owns there part.'",
+            "It's for a workshop handout. Can you proofread this one? \"I prefer working in small teams "
+            'where everyone owns there part."',
             "It's for a workshop handout. Can you proofread this one? …",
         ),
         ("I'm vegetarian. Don't suggest meat, it's not for me.", None),
+        # "all my clients" is no rule: what follows the colon is still handed over
+        (
+            "Translate this into French for all my clients: I am allergic to peanuts and I live in Boston.",
+            "Translate this into French for all my clients:",
+        ),
         # inch marks are no quotation
         ('Compare my 15" MacBook Pro and my 24" iMac.', 'Compare my 15" MacBook Pro and my 24" iMac.'),
         # a quotation outside a request is the user's own complaint, kept whole

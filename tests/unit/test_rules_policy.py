@@ -719,6 +719,18 @@ async def test_i_have_stopped_after_i_am_off_it_says_it_again_rather_than_contra
     assert [m.evidence for m in memories] == [["m1", "m2"]] and "meat" in memories[0].text
 
 
+@pytest.mark.parametrize(
+    ("said", "word"),
+    [
+        ("Fix this, I'm dyslexic so check spelling carefully.", "dyslexic"),  # work on "this", and a fact
+        ("Help me plan meals this week. 'Cause I'm diabetic and I'm always snackin'", "diabetic"),  # no quotation
+    ],
+)
+async def test_a_fact_beside_work_on_the_text_at_hand_is_kept(said: str, word: str) -> None:
+    memories, working = await remember([said])
+    assert any(word in t for t in [m.text for m in memories] + [h.statement for h in working.hypotheses])
+
+
 async def test_a_rule_cut_before_its_material_keeps_no_colon() -> None:
     memories, _ = await remember(["Summarize this, always in three bullets: The board met and I never agreed."])
     assert [m.text for m in memories] == ["Summarize this, always in three bullets."]

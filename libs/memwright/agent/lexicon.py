@@ -20,12 +20,6 @@ def word_pattern(name: str, anchored: bool = False, case: bool = False) -> re.Pa
     return re.compile(("^" if anchored else r"\b") + "(?:" + "|".join(alternatives) + r")\b", flags)
 
 
-# a rule that holds beyond the task at hand ("from now on", "whenever", "in general")
-STANDING = re.compile(
-    r"\b(?:from now on|from here on|going forward|moving forward|in (?:the )?future|every time|all (?:my |future )|"
-    r"whenever|for future reference|henceforth|in general|generally|in every|all the time)\b",
-    re.IGNORECASE,
-)
 CHANGE = word_pattern("change")  # something changed: a close memory is updated, not added to
 CHANGE_LOWER_CASE = word_pattern("change_lower_case", case=True)  # ... in other languages, not in names
 NOT_CHANGE = word_pattern("not_change")  # "from now on": a new standing rule, not a change

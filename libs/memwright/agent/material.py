@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from memwright.agent.lexicon import STANDING, word_pattern
+from memwright.agent.lexicon import word_pattern
 
 _CUE = word_pattern("material_cues")
 _ROLEPLAY = word_pattern("roleplay_frames")
@@ -27,11 +27,11 @@ _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("a
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
 # paired left to right; not inch marks ('I'm 6'2" and my wife is 5'4"', 'my 15" MacBook and my 24" iMac');
-# single quotes only from the start of a line or of a sentence to the end of the line (elsewhere
-# they are apostrophes: "I'm", "Alzheimer's")
+# single quotes only around whole lines that end a sentence inside them (elsewhere they are
+# apostrophes: "I'm", "'Cause I'm always snackin'", "my in-laws'")
 QUOTES = re.compile(
     r'(?<!\d)"[^"\n]*"|“[^”]*”|„[^“”]*[“”]|«[^»]*»|「[^」]*」|『[^』]*』'
-    r"|(?:(?<![^\n])[ \t]*|(?<=[.?!:] ))['\u2018][^\n]*['\u2019][.!?]?[ \t]*(?![^\n])"
+    r"|(?<![^\n])[ \t]*['\u2018][^\n]*[.!?]['\u2019][ \t]*(?![^\n])"
 )
 QUOTE_WORDS = 5  # a quotation this long is material; a short one stays ('don't start with "Great question"')
 _OPENING = re.compile(
@@ -40,6 +40,7 @@ _OPENING = re.compile(
     re.I,
 )
 _SENTENCE_END = re.compile(r"[.!?]\s")
+_FROM_NOW_ON = re.compile(r"\b(?:from now on|from here on|going forward|moving forward|henceforth)\b", re.I)
 _ASIDE = re.compile(r"^(?:also|and also|oh and|by the way|btw|for the record|ps|p\.s\.)\b", re.I)
 
 
@@ -62,9 +63,9 @@ def _introduces_material(request: str) -> bool:
     """Whether the words before a colon (or a line break) ask for work on a text: a request
     ("Proofread this", "Summarize the following ...") that names one; not "I prefer this format"."""
     last = _SENTENCE_END.split(request)[-1]  # only the sentence the colon ends
-    if STANDING.search(last):
-        return False  # a rule and what it asks for: "Write this way from now on: short, no fluff."
-    return is_request(last) and bool(_CUE.search(last)) and len(last.split()) <= 25
+    if not (is_request(last) and _CUE.search(last) and len(last.split()) <= 25):
+        return False
+    return not _FROM_NOW_ON.search(last)  # a rule and what it asks for: "Write this way from now on: short."
 
 
 def own_words(text: str) -> str:

@@ -64,7 +64,7 @@ import numpy as np
 
 from memwright.agent import guard, material, replace
 from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
-from memwright.agent.lexicon import STANDING, WORDS
+from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
 from memwright.embeddings import cosine, hashing_embed
@@ -356,6 +356,11 @@ _EXPLICIT = [
         r"\bi(?:'m| am) allergic to\b|\bi have an? [\w -]{1,30} allergy\b",
     )
 ]
+_STANDING = re.compile(
+    r"\b(?:from now on|from here on|going forward|moving forward|in (?:the )?future|every time|all (?:my |future )|"
+    r"whenever|for future reference|henceforth|in general|generally|in every|all the time)\b",
+    re.IGNORECASE,
+)
 _SCOPED = re.compile(
     r"\b(?:this|that|the|these|those) (?:one|ones|time|email|message|doc|document|draft|table|file|"
     r"function|answer|reply|response|question|list|script|post|essay|letter|paragraph|section|query|"
@@ -395,12 +400,12 @@ def scoped(sentence: str) -> bool:
     """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
     if _NOT_JUST.search(sentence):
         return False
-    return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not STANDING.search(sentence)
+    return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not _STANDING.search(sentence)
 
 
 def standing_words(sentence: str) -> bool:
     """Words that make a sentence standing ("from now on", "whenever", "in general")."""
-    return bool(STANDING.search(sentence))
+    return bool(_STANDING.search(sentence))
 
 
 _PLEASE = re.compile(r"\b(?:pls|plz|pleas|pleeease|pleease)\b", re.I)
@@ -1849,8 +1854,10 @@ def _complaint_roles(said: list[str], bodies: list[str], complaint: int) -> list
 def _task_bound(body: str) -> bool:
     """Words tie the sentence to the task at hand and none says a habit: "the budget for this trip
     is 800 euros", not "I always travel carry-on, so the list has to fit a 40L bag"; or it asks for
-    work on the text at hand ("Rewrite this for my bio.")."""
-    return (scoped(body) or material.works_on_this(body)) and not _HABIT.search(body)
+    work on the text at hand and says nothing else of the user ("Rewrite this for my bio.", not
+    "Fix this, I'm dyslexic so check spelling carefully.")."""
+    on_this = material.works_on_this(body) and not any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
+    return (scoped(body) or on_this) and not _HABIT.search(body)
 
 
 # "Give me ten names", "explain it like I'm five" ask; they disclose nothing
