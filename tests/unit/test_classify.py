@@ -137,6 +137,20 @@ def test_a_non_english_user_s_held_sentences_are_encoded_once_across_runs() -> N
     assert encoded and len(encoded) == len(set(encoded)), [t for t in set(encoded) if encoded.count(t) > 1]
 
 
+def test_without_the_reader_of_other_languages_a_repeat_is_matched_by_minilm_alone() -> None:
+    """MiniLM finds these two German sentences 0.53 apart, under MATCH_AT_OTHER_LANGUAGE (0.55):
+    held twice, not graduated. Its vectors must not stand in for the multilingual encoder's, whose
+    cosine is read on another scale (it had lifted this pair to 0.58)."""
+    from memwright.agent.classify import TrainedDetector
+    from memwright.embeddings import local
+
+    detector = TrainedDetector(local.shared(), SentenceHead.load())  # no reader of other languages
+    said = ["Ich fahre jeden Tag mit dem Fahrrad zur Arbeit.", "Mein Rad ist mein wichtigstes Verkehrsmittel."]
+    case = UserCase("u", [Conversation(f"c{i}", [EvalMessage(f"m{i}", s)]) for i, s in enumerate(said)])
+    memories, working = asyncio.run(run_user(RulesPolicy(detector=detector), case))
+    assert memories == [] and len(working.hypotheses) == 2
+
+
 def test_the_committed_foreign_head_was_trained_on_the_labelled_data_as_it_is() -> None:
     with np.load(train.FOREIGN_HEAD_FILE) as saved:
         data = train.labelled_sentences(other_languages=True)

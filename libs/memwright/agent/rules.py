@@ -1151,22 +1151,26 @@ class RulesPolicy:
             self._vectors[text] = v
         return v
 
-    def _sentence_vectors(self, texts: list[str], multilingual: bool = False) -> np.ndarray:
-        """The vectors of the sentences of `texts` that say something (SAYS_SOMETHING content words or
-        more, or any words in another language); from the multilingual encoder when asked and loaded
-        (a sentence and its repeat in another language, or in another script, are close there)."""
+    def _sentence_vectors(self, texts: list[str]) -> np.ndarray:
+        """The vectors of the sentences of `texts` that say something (SAYS_SOMETHING content words or more)."""
+        said = [s for t in texts for s in sentences(t) if len(content_words(s)) >= SAYS_SOMETHING]
+        if not said:
+            return np.zeros((0, 1))
+        return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
+
+    def _sentence_vectors_across(self, texts: list[str]) -> np.ndarray | None:
+        """The multilingual encoder's vectors of the sentences of `texts` that say something (as
+        `_sentence_vectors`, or any words in another language: a sentence and its repeat in another
+        language, or in another script, are close there); None when that encoder is not there."""
+        if not hasattr(self.detector, "embed_across"):
+            return None
         said = [
             s
             for t in texts
             for s in sentences(t)
-            if len(content_words(s)) >= SAYS_SOMETHING or (multilingual and not phrasing.is_english(s))
+            if len(content_words(s)) >= SAYS_SOMETHING or not phrasing.is_english(s)
         ]
-        if not said:
-            return np.zeros((0, 1))
-        across = self.detector.embed_across(said) if multilingual and hasattr(self.detector, "embed_across") else None
-        if across is not None:
-            return across
-        return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
+        return self.detector.embed_across(said)
 
     def _clause_score(self, pieces: list[str]) -> list[float]:
         return [t.p("standing") + t.p("weak") for t in self.detector.classify(pieces)]
@@ -1347,7 +1351,7 @@ class RulesPolicy:
         said = said or msg.text
         english = phrasing.is_english(said)
         mine = self._sentence_vectors([said])
-        mine_across = None if english else self._sentence_vectors([said], multilingual=True)
+        mine_across = None if english else self._sentence_vectors_across([said])
         match_at = MATCH_AT if english else MATCH_AT_OTHER_LANGUAGE
         best: tuple[float, Hypothesis] | None = None
         for h in tools.working.hypotheses:
@@ -1361,8 +1365,8 @@ class RulesPolicy:
             theirs = self._sentence_vectors([h.statement, *behind])
             score = float((mine @ theirs.T).max()) if len(mine) and len(theirs) else 0.0
             if mine_across is not None:  # the multilingual cosine, on MiniLM's scale (its threshold at match_at)
-                theirs_across = self._sentence_vectors([h.statement, *behind], multilingual=True)
-                if len(mine_across) and len(theirs_across) and mine_across.shape[1] == theirs_across.shape[1]:
+                theirs_across = self._sentence_vectors_across([h.statement, *behind])
+                if theirs_across is not None and len(mine_across) and len(theirs_across):
                     across = float((mine_across @ theirs_across.T).max())
                     score = max(score, across - MATCH_AT_MULTILINGUAL + match_at)
             if _shared_roots(text, [h.statement, *behind]):
