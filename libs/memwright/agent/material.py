@@ -40,7 +40,8 @@ _OPENING = re.compile(
     re.I,
 )
 _SENTENCE_END = re.compile(r"[.!?]\s")
-_FROM_NOW_ON = re.compile(r"\b(?:from now on|from here on|going forward|moving forward|henceforth)\b", re.I)
+FROM_NOW_ON = r"from now on|from here on|going forward|moving forward|henceforth"  # a rule's words (rules._STANDING)
+_FROM_NOW_ON = re.compile(rf"\b(?:{FROM_NOW_ON})\b", re.I)
 _ASIDE = re.compile(r"^(?:also|and also|oh and|by the way|btw|for the record|ps|p\.s\.)\b", re.I)
 
 

@@ -357,8 +357,8 @@ _EXPLICIT = [
     )
 ]
 _STANDING = re.compile(
-    r"\b(?:from now on|from here on|going forward|moving forward|in (?:the )?future|every time|all (?:my |future )|"
-    r"whenever|for future reference|henceforth|in general|generally|in every|all the time)\b",
+    rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|every time|all (?:my |future )|"
+    r"whenever|for future reference|in general|generally|in every|all the time)\b",
     re.IGNORECASE,
 )
 _SCOPED = re.compile(
