@@ -7,7 +7,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
-from memwright.agent import phrasing, train
+from memwright.agent import phrasing, rules, slots, train
 from memwright.agent.classify import LABELS, RULE_FEATURES, PatternDetector, SentenceHead, shared_detector
 from memwright.agent.replace import ReplaceHead
 from memwright.agent.rules import RulesPolicy
@@ -355,3 +355,26 @@ def test_the_update_reader_tells_a_replacement_from_an_addition() -> None:
     memory, changed, added = detector.embed(["User is vegetarian.", changed_text, added_text])  # type: ignore[attr-defined]
     assert reader.replaces(memory, changed, changed_text)[0] > 0.6
     assert reader.replaces(memory, added, added_text)[0] < 0.4
+
+
+def test_the_committed_slot_reader_was_trained_on_the_sentences_as_they_are() -> None:
+    """Changing data/slots.jsonl without `make train` fails here."""
+    with np.load(slots.SLOT_FILE) as saved:
+        assert str(saved["data_sha256"]) == train.slots_digest(train.labelled_slots()), "run `make train` and commit"
+    head = slots.SlotHead.load()
+    assert head.w.shape == (384, len(head.labels)) and slots.NONE in head.labels
+
+
+@pytest.mark.parametrize(
+    ("said", "slot"),
+    [
+        ("My laptop runs Linux Mint these days.", "computer"),
+        ("We settled in Porto last spring.", "home"),
+        ("I'm flying to Porto for a wedding.", None),  # a trip
+        ("My daughter is a vet.", None),  # someone else's job
+    ],
+)
+def test_the_slot_reader_reads_which_single_valued_slot_a_sentence_fills(said: str, slot: str | None) -> None:
+    head = slots.SlotHead.load()
+    [vector] = shared_detector().embed([said])  # type: ignore[attr-defined]
+    assert head.slot(vector, rules.SLOT_AT) == slot

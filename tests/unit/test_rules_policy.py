@@ -247,6 +247,12 @@ async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_addi
             "imperial",
             " si ",
         ),
+        (  # a new value of an exclusive topic needs no "now" or "instead" to replace the old one
+            "My editor in Chicago wants American spelling in everything I send.",
+            "My own newsletter goes out in British spelling, please use it for me.",
+            "british",
+            "american",
+        ),
     ],
 )
 async def test_a_later_contradicting_preference_updates_the_memory(
@@ -1758,3 +1764,62 @@ async def test_a_rule_in_another_script_never_replaces_an_unrelated_memory() -> 
 async def test_a_question_with_a_full_width_question_mark_is_no_memory() -> None:
     memories, _ = await remember(["「猫」は英語で？"])
     assert memories == []
+
+
+# ---- single-valued slots (slots.py): a new value replaces the old, however it is worded ------
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "present", "absent"),
+    [
+        (
+            "I live in Didsbury in Manchester, so assume that area when I ask about places to eat.",
+            "Any good bakeries near us? We're based in Bristol, still learning the neighbourhood.",
+            "bristol",
+            "manchester",
+        ),
+        (
+            "Keep your tone formal with me, I forward your answers to my manager.",
+            "no need to be so stiff with me, casual is fine, I'm not sending these on",
+            "casual",
+            "formal",
+        ),
+        (
+            "I work as a pharmacist at a hospital in Leeds, so assume NHS context for health questions.",
+            "Just started my new role teaching chemistry at a secondary school. How do I make titration fun?",
+            "chemistry",
+            "pharmacist",
+        ),
+    ],
+)
+async def test_a_new_value_of_a_single_valued_slot_replaces_the_memory(
+    before: str, after: str, present: str, absent: str
+) -> None:
+    memories, _ = await remember([before], [after])
+    [m] = memories
+    assert present in m.text.lower() and absent not in m.text.lower()
+    assert m.evidence == ["m1", "m2"]
+
+
+@pytest.mark.parametrize(
+    "later",
+    [
+        ["I'm in Lisbon for a long weekend, what should I eat?"],  # a trip fills no slot
+        ["My brother just moved to York, what's a good housewarming gift?"],  # someone else's
+        ["I also have a place in Whitby I stay at most weekends."],  # beside, not instead
+    ],
+)
+async def test_what_fills_no_slot_of_the_user_leaves_the_memory_alone(later: list[str]) -> None:
+    memories, _ = await remember(["I live in Leeds, assume that for local recommendations."], later)
+    assert any("leeds" in m.text.lower() and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
+
+
+async def test_a_value_said_to_come_on_top_adds_a_memory() -> None:
+    memories, _ = await remember(["Answers in bullet points please."], ["Also use tables when you compare things."])
+    assert any("bullet" in m.text and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
+
+
+async def test_two_values_of_a_slot_in_one_conversation_are_two_memories() -> None:
+    # "Fahrenheit and miles for me" ... "and recipes in cups": two sides of one setting, not a change
+    memories, _ = await remember(["Use bullet points for summaries please.", "And tables for comparisons, always."])
+    assert len(memories) == 2

@@ -62,7 +62,7 @@ from typing import Any
 
 import numpy as np
 
-from memwright.agent import guard, material, replace
+from memwright.agent import guard, material, replace, slots
 from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
 from memwright.agent.lexicon import WORDS
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
@@ -93,6 +93,10 @@ META_AT = 0.7  # p(meta) at which a sentence that speaks to the memory or the ru
 TIED = 0.15  # cosine at which a rule and the user's remark beside it are one memory (rules.py `_tied`)
 REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
 REPLACE_FLOOR = 0.3  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
+SLOT_AT = 0.6  # p(slot) by the slot reader (slots.py) at which a sentence and a memory fill the same slot
+# ... except these, which the words read (`_conflict`), with the values that sit beside each other: units of
+# another kind ("temperatures in Celsius", "distances in miles"), "never in German", "comments in German"
+SLOTS_THE_WORDS_READ = frozenset({"units", "reply_language"})
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
@@ -1197,7 +1201,9 @@ class RulesPolicy:
         that says a held hypothesis of another conversation again graduates it with both receipts."""
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
-        memory = self._ended_here(around, msg, vector) or self._changed_memory(tools, vector, body, changing, msg.text)
+        memory = self._ended_here(around, msg, vector) or self._changed_memory(
+            tools, vector, body, changing, msg.text, evidence
+        )
         if memory is not None:
             if set(evidence) <= set(memory.evidence):
                 return [f"Already remembered as {memory.memory_id}."]
@@ -1266,6 +1272,10 @@ class RulesPolicy:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I actually like cilantro now"
             if says_changed(body) and self._replaced(tools, vector, body) is not None:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I'm on Android these days"
+            if (
+                self._same_slot(tools, vector, body, [msg.message_id], msg.text) is not None
+            ):  # "we're up in Alfama now" after Hackney
+                return self._standing(tools, msg, body, kind, last, CHANGED, around)
             # "I'm on iPhone" held, then "switched to a Pixel, Android now"
             if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
@@ -1640,12 +1650,12 @@ class RulesPolicy:
                 return m  # "always use tabs" after "never use tabs"
             if new_rule and language is not None and _reply_language(m.text) not in (None, language):
                 return m  # "from now on answer me in German" after "always answer me in English": one at a time
-            if not (changing or new_rule):
-                continue
             shared = cats & categories(m.text)
             exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
             if exclusive and _alternatives(m.text, text, exclusive):
                 return m  # "switch to metric from now on" after "please use imperial units"
+            if not (changing or new_rule):
+                continue
             if not changing:
                 continue
             rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
@@ -1656,7 +1666,7 @@ class RulesPolicy:
         return None
 
     def _changed_memory(
-        self, tools: MemoryTools, vector: np.ndarray, sentence: str, changing: int, said: str
+        self, tools: MemoryTools, vector: np.ndarray, sentence: str, changing: int, said: str, evidence: list[str]
     ) -> Memory | None:
         """The agent memory that `sentence` (of the message `said`) says again or changes, by
         meaning: the closest one, when it is very close (SAME_TOPIC); else the one the update reader
@@ -1670,7 +1680,7 @@ class RulesPolicy:
         if closest[1] >= SAME_TOPIC:
             found: Memory | None = closest[0]
         else:
-            found = self._replaced(tools, vector, sentence)
+            found = self._same_slot(tools, vector, sentence, evidence, said) or self._replaced(tools, vector, sentence)
             if found is None and closest[1] >= _update_threshold(changing, said or sentence, sentence):
                 found = closest[0]
         return None if found is not None and self._apart_across_languages(sentence, found) else found
@@ -1709,9 +1719,39 @@ class RulesPolicy:
                 best = (p, m)
         return best[1] if best else None
 
-    def _meaning_conflict(self, tools: MemoryTools, text: str, changing: int, said: str) -> Memory | None:
+    def _slot(self, vector: np.ndarray) -> str | None:
+        reader = slots.shared_head() if self._embedder() is not None else None
+        return reader.slot(vector, SLOT_AT) if reader is not None else None
+
+    def _same_slot(
+        self, tools: MemoryTools, vector: np.ndarray, sentence: str, evidence: list[str], said: str
+    ) -> Memory | None:
+        """The agent memory from another conversation that holds a value of the single-valued slot
+        `sentence` (cited by `evidence`) fills (slots.py: "We're up in Alfama now" and "User lives
+        in Hackney."), read from the memory's text or one of its clauses. None for a sentence that
+        may not change a memory (`_may_change`) or whose message `said` says it adds ("also", "as
+        well": the sentence has lost its "Also," by now); in one conversation,
+        two values of a slot are two sides of one setting ("Fahrenheit and miles for me" ... "and
+        recipes in cups")."""
+        slot = self._slot(vector)
+        if slot in SLOTS_THE_WORDS_READ:
+            return None
+        if slot is None or _ADDS.search(said or sentence) or not _may_change(sentence):
+            return None
+        here = _conversations(tools, evidence)
+        for m in tools.agent_memories():
+            if here & _conversations(tools, m.evidence):
+                continue
+            pieces = dict.fromkeys([m.text, *phrasing.clause_pieces(m.text)])
+            if any(self._slot(self._vector(t)) == slot for t in pieces):
+                return m if not self._apart_across_languages(sentence, m) else None
+        return None
+
+    def _meaning_conflict(
+        self, tools: MemoryTools, text: str, changing: int, said: str, evidence: list[str]
+    ) -> Memory | None:
         """The agent memory that `text` says again or changes, by meaning (`_changed_memory`)."""
-        return self._changed_memory(tools, self._vector(text), text, changing, said)
+        return self._changed_memory(tools, self._vector(text), text, changing, said, evidence)
 
     def _remember(
         self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0, said: str = ""
@@ -1730,7 +1770,7 @@ class RulesPolicy:
         if conflict is not None and self._apart_across_languages(text, conflict):
             conflict = None  # the words of 'User said: "..."' agree; the sentences do not
         if conflict is None and self._embedder() is not None:
-            conflict = self._meaning_conflict(tools, text, changing, said)
+            conflict = self._meaning_conflict(tools, text, changing, said, evidence)
         if conflict is not None:
             text = phrasing.without_old(text, conflict.text)
             before = (conflict.memory_id, conflict.text, list(conflict.evidence))
@@ -2089,6 +2129,14 @@ def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
             if len(named) == 1:
                 return named[0]
     return None
+
+
+def _conversations(tools: MemoryTools, message_ids: list[str]) -> set[str]:
+    """The conversations of those of `message_ids` this run was shown."""
+    return {tools.shown[mid].conversation_id for mid in message_ids if mid in tools.shown}
+
+
+_ADDS = re.compile(r"\b(?:as well|also|in addition)\b", re.I)  # "times in UTC as well": beside, not instead
 
 
 def _may_change(sentence: str) -> bool:

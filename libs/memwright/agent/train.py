@@ -1,9 +1,10 @@
 """Train the sentence-type heads (classify.py: the MiniLM one, and the foreign one over the
-multilingual encoder, on the same sentences) and the update reader (replace.py), and write their
-weights, data/sentence_head.npz, data/foreign_head.npz and data/replace_head.npz.
+multilingual encoder, on the same sentences), the update reader (replace.py) and the slot reader
+(slots.py), and write their weights, data/sentence_head.npz, data/foreign_head.npz,
+data/replace_head.npz and data/slot_head.npz.
 
-    python -m memwright.agent.train            # train all three, write the weights, report on dev
-    python -m memwright.agent.train --check    # train all three and compare with the committed weights
+    python -m memwright.agent.train            # train all four, write the weights, report on dev
+    python -m memwright.agent.train --check    # train all four and compare with the committed weights
 
 The labelled sentences, all in the repo:
 
@@ -29,6 +30,9 @@ The labelled sentences, all in the repo:
 The update reader's pairs ({memory, said, replaces}): data/pairs.jsonl, written for it, and pairs
 read off the train split (`derive_pairs`): an update's old message, as a memory, is replaced by its
 new message; a memory of one item of a user sits beside the message of another item of the same user.
+
+The slot reader's sentences ({text, slot}): data/slots.jsonl, written for it; about half of its
+"none" sentences are near misses (a trip, someone else's phone, a one-off "put this in a table").
 
 Training is deterministic: sentences sorted by text, full-batch gradient descent from zeros with a
 fixed number of steps, class-balanced, L2-regularised. The embeddings come from the local model
@@ -63,6 +67,7 @@ from memwright.agent.classify import (
 from memwright.agent.lexicon import says_changed
 from memwright.agent.replace import FEATURES as PAIR_FEATURES
 from memwright.agent.replace import REPLACE_FILE, ReplaceHead, pair_features
+from memwright.agent.slots import NONE, SLOT_FILE, SlotHead
 from memwright.eval.dataset import UserCase, load, split_path
 
 DATA = Path(__file__).parent / "data"
@@ -70,6 +75,7 @@ HAND_SENTENCES = DATA / "sentences.jsonl"
 HAND_LABELS = DATA / "sentence_labels.jsonl"
 OTHER_LANGUAGES = DATA / "sentences_other_languages.jsonl"
 PAIRS = DATA / "pairs.jsonl"
+SLOT_SENTENCES = DATA / "slots.jsonl"
 STEPS = 3000
 LEARNING_RATE = 0.5
 L2 = 3e-4
@@ -77,6 +83,7 @@ VERSION = "minilm-head-1"
 FOREIGN_VERSION = "use-head-1"
 REPLACE_VERSION = "minilm-replace-1"
 REPLACE_L2 = 3e-3
+SLOT_VERSION = "minilm-slots-1"
 
 
 def _read_jsonl(path: Path) -> list[dict[str, str]]:
@@ -289,6 +296,38 @@ def save_replace(head: ReplaceHead, digest: str, path: Path = REPLACE_FILE) -> N
     )
 
 
+def labelled_slots() -> list[tuple[str, str]]:
+    """data/slots.jsonl as (text, slot), sorted by text; the last label of a repeated text wins."""
+    rows = [json.loads(line) for line in SLOT_SENTENCES.read_text().splitlines() if line.strip()]
+    bad = [r for r in rows if not r.get("text") or not r.get("slot")]
+    if bad:
+        raise ValueError(f"{SLOT_SENTENCES}: rows without a text or a slot: {bad[:3]}")
+    return sorted({r["text"]: r["slot"] for r in rows}.items())
+
+
+def train_slots(embedder: object) -> tuple[SlotHead, list[tuple[str, str]], str]:
+    data = labelled_slots()
+    labels = tuple(sorted({slot for _, slot in data} | {NONE}))
+    x = np.asarray(embedder.encode([t for t, _ in data]), dtype=np.float64)  # type: ignore[attr-defined]
+    w, b = fit(x, np.asarray([labels.index(slot) for _, slot in data]), k=len(labels))
+    return SlotHead(w, b, labels, SLOT_VERSION), data, slots_digest(data)
+
+
+def slots_digest(data: list[tuple[str, str]]) -> str:
+    return hashlib.sha256("\n".join(f"{slot}\t{t}" for t, slot in data).encode()).hexdigest()[:16]
+
+
+def save_slots(head: SlotHead, digest: str, path: Path = SLOT_FILE) -> None:
+    np.savez_compressed(
+        path,
+        w=head.w.astype(np.float32),
+        b=head.b.astype(np.float32),
+        labels=np.asarray(head.labels),
+        version=np.asarray(head.version),
+        data_sha256=np.asarray(digest),
+    )
+
+
 def save(head: SentenceHead, digest: str, path: Path = HEAD_FILE, features: tuple[str, ...] = RULE_FEATURES) -> None:
     np.savez_compressed(
         path,
@@ -301,7 +340,9 @@ def save(head: SentenceHead, digest: str, path: Path = HEAD_FILE, features: tupl
     )
 
 
-def same_weights(a: SentenceHead | ReplaceHead, b: SentenceHead | ReplaceHead, tolerance: float = 2e-3) -> bool:
+def same_weights(
+    a: SentenceHead | ReplaceHead | SlotHead, b: SentenceHead | ReplaceHead | SlotHead, tolerance: float = 2e-3
+) -> bool:
     """Whether two trainings of a head agree within `tolerance` (another machine's float bits)."""
     return bool(np.allclose(a.w, b.w, atol=tolerance) and np.allclose(a.b, b.b, rtol=0, atol=tolerance))
 
@@ -329,6 +370,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=HEAD_FILE, help="where to write the sentence head")
     ap.add_argument("--foreign-out", type=Path, default=FOREIGN_HEAD_FILE, help="where to write the foreign head")
     ap.add_argument("--replace-out", type=Path, default=REPLACE_FILE, help="where to write the update reader")
+    ap.add_argument("--slot-out", type=Path, default=SLOT_FILE, help="where to write the slot reader")
     ap.add_argument("--no-report", action="store_true", help="skip the dev report")
     args = ap.parse_args(argv)
     from memwright.embeddings import local, multilingual
@@ -355,6 +397,13 @@ def main(argv: list[str] | None = None) -> int:
         f"trained {reader.version} on {len(pairs)} pairs ({replacing} replace, {len(pairs) - replacing} beside) "
         f"in {time.perf_counter() - started:.1f}s; data {pairs_digest}"
     )
+    started = time.perf_counter()
+    slot_reader, slot_data, slot_digest = train_slots(embedder)
+    print(
+        f"trained {slot_reader.version} on {len(slot_data)} sentences "
+        f"({sum(s != NONE for _, s in slot_data)} in {len(slot_reader.labels) - 1} slots) "
+        f"in {time.perf_counter() - started:.1f}s; data {slot_digest}"
+    )
     if args.check:
         stale = []
         if not same_weights(head, SentenceHead.load(args.out)):
@@ -364,16 +413,19 @@ def main(argv: list[str] | None = None) -> int:
         committed = ReplaceHead.load(args.replace_out)
         if not same_weights(reader, committed):
             stale.append(args.replace_out)
+        if not same_weights(slot_reader, SlotHead.load(args.slot_out)):
+            stale.append(args.slot_out)
         for path in stale:
             print(f"{path} differs from a fresh training: run `make train` and commit it", file=sys.stderr)
         if stale:
             return 1
-        print(f"{args.out}, {args.foreign_out} and {args.replace_out} match a fresh training")
+        print(f"{args.out}, {args.foreign_out}, {args.replace_out} and {args.slot_out} match a fresh training")
         return 0
     save(head, digest, args.out)
     save(foreign, foreign_digest, args.foreign_out, FOREIGN_FEATURES)
     save_replace(reader, pairs_digest, args.replace_out)
-    print(f"wrote {args.out}, {args.foreign_out} and {args.replace_out}")
+    save_slots(slot_reader, slot_digest, args.slot_out)
+    print(f"wrote {args.out}, {args.foreign_out}, {args.replace_out} and {args.slot_out}")
     if not args.no_report:
         print(report(embedder, SentenceHead.load(args.out), "dev"))
     return 0
