@@ -6,7 +6,8 @@ llm policy's skip.
 1. In a fresh process (as a curator starts): the detector's load time and resident memory, then the
    classification cost per message (split into sentences, classified in one call, as a run does)
    on the embedder bench's messages (bench/embedder.py), one message at a time and in runs of 20;
-   and the update reader's cost (agent/replace.py) for one sentence against ten memories; then the
+   and the update reader's cost (agent/replace.py) for one sentence against ten memories, and the slot
+   reader's (agent/slots.py) for a sentence and ten memories with two clauses each; then the
    reader of other languages (classify.py): its load, resident memory and cost per message.
 2. Model calls per 100 user windows on a realistic mix, with and without the skip: every
    conversation of the labelled train and dev splits is one window (the curator's unit of work;
@@ -62,6 +63,7 @@ def child(messages: int, singles: int) -> dict[str, Any]:
         detector.classify([s for said in split[start : start + 20] for s in said])
     batch_s, batch_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     reader_ms = _update_reader_ms(detector, split)
+    slot_ms = _slot_reader_ms(detector, split)
     foreign = _foreign_cost(detector, singles)
     rss_after, peak = _rss_mb()
     return {
@@ -82,6 +84,7 @@ def child(messages: int, singles: int) -> dict[str, Any]:
         "batched_message_ms": round(batch_s * 1000 / len(split), 2),
         "batched_message_cpu_ms": round(batch_cpu * 1000 / len(split), 2),
         "update_reader_ms": reader_ms,
+        "slot_reader_ms": slot_ms,
         "load_average": round(os.getloadavg()[0], 2),
     }
 
@@ -136,6 +139,27 @@ def _update_reader_ms(detector: Any, split: list[list[str]], memories: int = 10)
         t0 = time.perf_counter()
         for memory in held:  # the policy reads one memory (its text and clauses) at a time
             reader.replaces(memory, vector, sentence)
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 3) if times else None
+
+
+def _slot_reader_ms(detector: Any, split: list[list[str]], memories: int = 10) -> float | None:
+    """The slot reader's cost for one sentence and `memories` memories of a text and two clauses each,
+    read one vector at a time as the policy does (vectors already embedded): the p50 in ms."""
+    from memwright.agent import slots
+
+    reader = slots.shared_head()
+    if reader is None or not hasattr(detector, "embed"):
+        return None
+    flat = [s for said in split for s in said]
+    vectors = detector.embed(flat[: 3 * memories + 200])
+    held, said = vectors[: 3 * memories], vectors[3 * memories :]
+    times = []
+    for vector in said:
+        t0 = time.perf_counter()
+        reader.slot(vector, 0.6)
+        for memory in held:
+            reader.slot(memory, 0.6)
         times.append((time.perf_counter() - t0) * 1000)
     return round(statistics.median(times), 3) if times else None
 
@@ -233,6 +257,8 @@ async def run(say: Callable[[str], None], quick: bool) -> dict[str, Any]:
         )
     if cost["update_reader_ms"] is not None:
         say(f"   update reader: {cost['update_reader_ms']:.2f} ms p50 for one sentence against 10 memories")
+    if cost["slot_reader_ms"] is not None:
+        say(f"   slot reader: {cost['slot_reader_ms']:.2f} ms p50 for one sentence and 10 memories of 3 texts each")
     mix = await windows()
     say(
         f"   {mix['windows']} user windows (train and dev conversations): model calls per 100 windows "
