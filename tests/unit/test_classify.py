@@ -369,9 +369,9 @@ def test_the_committed_slot_reader_was_trained_on_the_sentences_as_they_are() ->
     ("said", "slot"),
     [
         ("My laptop runs Linux Mint these days.", "computer"),
-        ("We settled in Porto last spring.", "home"),
+        ("Moved into a flat in Porto last spring, loving it.", "home"),
         ("I'm flying to Porto for a wedding.", None),  # a trip
-        ("My daughter is a vet.", None),  # someone else's job
+        ("Can we do the review at 3pm Eastern on Friday?", None),  # one meeting's time, not the user's zone
     ],
 )
 def test_the_slot_reader_reads_which_single_valued_slot_a_sentence_fills(said: str, slot: str | None) -> None:

@@ -1814,6 +1814,16 @@ async def test_what_fills_no_slot_of_the_user_leaves_the_memory_alone(later: lis
     assert any("leeds" in m.text.lower() and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
 
 
+async def test_a_new_value_the_patterns_hold_as_a_hint_still_replaces_the_memory() -> None:
+    # "Relocated to ..." is a weak signal to the patterns; its slot says the old zone is over
+    memories, _ = await remember(
+        ["Keep in mind I'm on GMT when you schedule anything for me."],
+        ["Relocated to Singapore in the spring! Singapore time for everything."],
+    )
+    [m] = memories
+    assert "singapore time" in m.text.lower() and "gmt" not in m.text.lower() and m.evidence == ["m1", "m2"]
+
+
 async def test_a_value_said_to_come_on_top_adds_a_memory() -> None:
     memories, _ = await remember(["Answers in bullet points please."], ["Also use tables when you compare things."])
     assert any("bullet" in m.text and m.evidence == ["m1"] for m in memories), [m.text for m in memories]

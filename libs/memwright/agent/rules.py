@@ -93,10 +93,12 @@ META_AT = 0.7  # p(meta) at which a sentence that speaks to the memory or the ru
 TIED = 0.15  # cosine at which a rule and the user's remark beside it are one memory (rules.py `_tied`)
 REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
 REPLACE_FLOOR = 0.3  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
-SLOT_AT = 0.6  # p(slot) by the slot reader (slots.py) at which a sentence and a memory fill the same slot
-# ... except these, which the words read (`_conflict`), with the values that sit beside each other: units of
-# another kind ("temperatures in Celsius", "distances in miles"), "never in German", "comments in German"
-SLOTS_THE_WORDS_READ = frozenset({"units", "reply_language"})
+SLOT_AT = 0.75  # p(slot) by the slot reader (slots.py) at which a sentence fills a slot
+SLOT_OF_MEMORY_AT = 0.4  # ... and a memory's text or clause the same one, as the likeliest slot
+# ... except these: units and reply language, which the words read (`_conflict`) with the values that sit
+# beside each other (units of another kind, "never in German", "comments in German"), and a diet, which is
+# often several at once ("we keep kosher" ... "has to be pareve"; vegetarian and gluten-free)
+SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
@@ -1005,6 +1007,12 @@ class RulesPolicy:
         if kind is not None and kind.vector is not None and role == "change":  # before any weak signal in it
             return self._standing(tools, msg, body, kind, last, CHANGED, around), None
 
+        if kind is not None and kind.vector is not None and not _asks_at_the_end(body):
+            vector = np.asarray(kind.vector, dtype=np.float64)
+            if self._same_slot(tools, vector, body, [msg.message_id], msg.text) is not None:
+                # a new value of what a memory holds one of, however it is said ("boxes unpacked here in Southville")
+                return self._standing(tools, msg, body, kind, last, CHANGED, around), None
+
         results = []
         for signal in weak_signals(body):
             if changing or _NOW.search(body):
@@ -1719,9 +1727,9 @@ class RulesPolicy:
                 best = (p, m)
         return best[1] if best else None
 
-    def _slot(self, vector: np.ndarray) -> str | None:
+    def _slot(self, vector: np.ndarray, at: float = SLOT_AT) -> str | None:
         reader = slots.shared_head() if self._embedder() is not None else None
-        return reader.slot(vector, SLOT_AT) if reader is not None else None
+        return reader.slot(vector, at) if reader is not None else None
 
     def _same_slot(
         self, tools: MemoryTools, vector: np.ndarray, sentence: str, evidence: list[str], said: str
@@ -1734,7 +1742,7 @@ class RulesPolicy:
         two values of a slot are two sides of one setting ("Fahrenheit and miles for me" ... "and
         recipes in cups")."""
         slot = self._slot(vector)
-        if slot in SLOTS_THE_WORDS_READ:
+        if slot in SLOTS_LEFT_TO_WORDS:
             return None
         if slot is None or _ADDS.search(said or sentence) or not _may_change(sentence):
             return None
@@ -1743,7 +1751,7 @@ class RulesPolicy:
             if here & _conversations(tools, m.evidence):
                 continue
             pieces = dict.fromkeys([m.text, *phrasing.clause_pieces(m.text)])
-            if any(self._slot(self._vector(t)) == slot for t in pieces):
+            if any(self._slot(self._vector(t), SLOT_OF_MEMORY_AT) == slot for t in pieces):
                 return m if not self._apart_across_languages(sentence, m) else None
         return None
 

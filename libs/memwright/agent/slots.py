@@ -5,7 +5,10 @@ their phone, their computer's system, the layout, length, tone, spelling, langua
 want replies in, their way of eating. A memory that holds one of them is wrong once the user states
 another ("We're up in Alfama now" after "User lives in Hackney."), however the new value is worded
 and whether or not it comes with "now" or "switched": the update is found by the slot, not by the
-words. A trip, someone else's phone or a one-off "put this in a table" fills no slot.
+words. A trip or a one-off "put this in a table" fills no slot. The reader reads what a sentence is
+about, not whose it is: "My husband is a plumber." reads as a job, and the policy's own test of
+whether a sentence may change a memory (rules.py `_may_change`: not someone else's news, no
+request, nothing hedged) decides that.
 
 The reader is a softmax over the local model's vector (all-MiniLM-L6-v2) with one class per slot and
 "none". `python -m memwright.agent.train` fits it, deterministically, on data/slots.jsonl (sentences
