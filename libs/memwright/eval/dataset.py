@@ -37,6 +37,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # the eighth round before any policy change, measured at its start and at its end, never tuned on.
 # "languages": 64 users writing in 17 other languages (one-offs, explicit, repeated and single weak),
 # by a helper that saw none of the policy, for the thirteenth round; tuned on.
+# "updates3": 40 update users by a helper that saw neither the project's data nor the policy, for the
+# fifteenth round: measured once untuned (with the round's first slot reader), then tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -47,6 +49,7 @@ SPLITS = {
     "explicit": "explicit_probe.jsonl",
     "repeats": "repeat_probe.jsonl",
     "updates2": "update_probe2.jsonl",
+    "updates3": "update_probe3.jsonl",
     "languages": "language_probe.jsonl",
     "holdout": "holdout_probe.jsonl",
     "holdout2": "holdout2_probe.jsonl",
