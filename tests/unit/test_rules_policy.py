@@ -1833,3 +1833,26 @@ async def test_two_values_of_a_slot_in_one_conversation_are_two_memories() -> No
     # "Fahrenheit and miles for me" ... "and recipes in cups": two sides of one setting, not a change
     memories, _ = await remember(["Use bullet points for summaries please.", "And tables for comparisons, always."])
     assert len(memories) == 2
+
+
+def test_of_two_memories_in_the_slot_the_closer_one_is_the_one_a_new_value_changes() -> None:
+    policy = RulesPolicy()
+    held = [
+        memory("User works as a software engineer at a bank."),
+        memory("User is a part-time bartender on weekends."),
+    ]
+    said = "Started work as a barista at a café near the station last week."
+    tools = make_tools([msg("m9", said, conv="c2")], held)
+    for memories in (held, held[::-1]):  # whichever comes first
+        tools.memories = {m.memory_id: m for m in memories}
+        found = policy._same_slot(tools, policy._vector(said), said, ["m9"], said)
+        assert found is not None and "bartender" in found.text
+
+
+def test_the_slot_threshold_is_read_when_used(monkeypatch: pytest.MonkeyPatch) -> None:
+    # a default argument bound at import had kept sweeps of SLOT_AT from changing anything
+    policy = RulesPolicy()
+    vector = policy._vector("I started a new job as a barista at a café near the station last week.")
+    assert policy._slot(vector) == "job"
+    monkeypatch.setattr(rules, "SLOT_AT", 0.999)
+    assert policy._slot(vector) is None

@@ -93,7 +93,7 @@ META_AT = 0.7  # p(meta) at which a sentence that speaks to the memory or the ru
 TIED = 0.15  # cosine at which a rule and the user's remark beside it are one memory (rules.py `_tied`)
 REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
 REPLACE_FLOOR = 0.3  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
-SLOT_AT = 0.75  # p(slot) by the slot reader (slots.py) at which a sentence fills a slot
+SLOT_AT = 0.6  # p(slot) by the slot reader (slots.py) at which a sentence fills a slot
 SLOT_OF_MEMORY_AT = 0.4  # ... and a memory's text or clause the same one, as the likeliest slot
 # ... except these: units and reply language, which the words read (`_conflict`) with the values that sit
 # beside each other (units of another kind, "never in German", "comments in German"), and a diet, which is
@@ -1727,9 +1727,9 @@ class RulesPolicy:
                 best = (p, m)
         return best[1] if best else None
 
-    def _slot(self, vector: np.ndarray, at: float = SLOT_AT) -> str | None:
+    def _slot(self, vector: np.ndarray, at: float | None = None) -> str | None:
         reader = slots.shared_head() if self._embedder() is not None else None
-        return reader.slot(vector, at) if reader is not None else None
+        return reader.slot(vector, SLOT_AT if at is None else at) if reader is not None else None
 
     def _same_slot(
         self, tools: MemoryTools, vector: np.ndarray, sentence: str, evidence: list[str], said: str
@@ -1747,13 +1747,18 @@ class RulesPolicy:
         if slot is None or _ADDS.search(said or sentence) or not _may_change(sentence):
             return None
         here = _conversations(tools, evidence)
-        for m in tools.agent_memories():
-            if here & _conversations(tools, m.evidence):
-                continue
-            pieces = dict.fromkeys([m.text, *phrasing.clause_pieces(m.text)])
-            if any(self._slot(self._vector(t), SLOT_OF_MEMORY_AT) == slot for t in pieces):
-                return m if not self._apart_across_languages(sentence, m) else None
-        return None
+        held = [
+            m
+            for m in tools.agent_memories()
+            if not here & _conversations(tools, m.evidence)
+            and any(
+                self._slot(self._vector(t), SLOT_OF_MEMORY_AT) == slot
+                for t in dict.fromkeys([m.text, *phrasing.clause_pieces(m.text)])
+            )
+        ]
+        # two memories in one slot ("bullet points" and "number the steps"): the closer one changes
+        found = max(held, key=lambda m: self._closeness(m.text, vector), default=None)
+        return found if found is not None and not self._apart_across_languages(sentence, found) else None
 
     def _meaning_conflict(
         self, tools: MemoryTools, text: str, changing: int, said: str, evidence: list[str]
