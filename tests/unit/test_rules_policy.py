@@ -1856,3 +1856,30 @@ def test_the_slot_threshold_is_read_when_used(monkeypatch: pytest.MonkeyPatch) -
     assert policy._slot(vector) == "job"
     monkeypatch.setattr(rules, "SLOT_AT", 0.999)
     assert policy._slot(vector) is None
+
+
+@pytest.mark.parametrize(
+    ("first", "change", "later", "new", "old"),
+    [
+        (
+            "I live in Valencia, so think of Valencia when you recommend events.",
+            "We moved to Lisbon last month, so think Lisbon from now on.",
+            "I still miss my old flat in Valencia sometimes, the light was amazing.",
+            "lisbon",
+            "valencia",
+        ),
+        (
+            "I use an iPhone 12, give me iOS steps.",
+            "Switched to a Pixel 8 last week, Android steps from now on.",
+            "My old iPhone is going to my niece.",
+            "pixel",
+            "iphone",
+        ),
+    ],
+)
+async def test_a_later_word_about_the_old_value_does_not_bring_it_back(
+    first: str, change: str, later: str, new: str, old: str
+) -> None:
+    memories, _ = await remember([first], [change], [later])
+    [m] = memories
+    assert new in m.text.lower() and old not in m.text.lower(), m.text

@@ -25,6 +25,7 @@ CHANGE_LOWER_CASE = word_pattern("change_lower_case", case=True)  # ... in other
 NOT_CHANGE = word_pattern("not_change")  # "from now on": a new standing rule, not a change
 ENDED = word_pattern("ended")  # what a memory holds came to an end: its replacement follows
 PAST = word_pattern("past")  # a clause of an update that speaks of the old value
+OLD_VALUE = word_pattern("old_value")  # a value the user had before ("my old flat"): no slot filled now
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 HEDGED = word_pattern("hedged")  # maybe, some day: changes no memory
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household

@@ -802,6 +802,7 @@ from memwright.agent.lexicon import (  # noqa: E402
     HEDGED,
     INSTRUCTION,
     NOT_CHANGE,
+    OLD_VALUE,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
@@ -1737,14 +1738,15 @@ class RulesPolicy:
         """The agent memory from another conversation that holds a value of the single-valued slot
         `sentence` (cited by `evidence`) fills (slots.py: "We're up in Alfama now" and "User lives
         in Hackney."), read from the memory's text or one of its clauses. None for a sentence that
-        may not change a memory (`_may_change`) or whose message `said` says it adds ("also", "as
-        well": the sentence has lost its "Also," by now); in one conversation,
-        two values of a slot are two sides of one setting ("Fahrenheit and miles for me" ... "and
-        recipes in cups")."""
+        may not change a memory (`_may_change`), that speaks of a value the user had before and
+        says no change ("I still miss my old flat in Valencia": data/words.toml `old_value`), or
+        whose message `said` says it adds ("also", "as well": the sentence has lost its "Also,"
+        by now). In one conversation, two values of a slot are two sides of one setting
+        ("Fahrenheit and miles for me" ... "and recipes in cups")."""
         slot = self._slot(vector)
-        if slot in SLOTS_LEFT_TO_WORDS:
+        if slot is None or slot in SLOTS_LEFT_TO_WORDS or _ADDS.search(said or sentence):
             return None
-        if slot is None or _ADDS.search(said or sentence) or not _may_change(sentence):
+        if not _may_change(sentence) or (OLD_VALUE.search(sentence) and not says_changed(sentence)):
             return None
         here = _conversations(tools, evidence)
         held = [
