@@ -1883,3 +1883,37 @@ async def test_a_later_word_about_the_old_value_does_not_bring_it_back(
     memories, _ = await remember([first], [change], [later])
     [m] = memories
     assert new in m.text.lower() and old not in m.text.lower(), m.text
+
+
+@pytest.mark.parametrize(
+    ("first", "later", "kept"),
+    [
+        # a while only
+        (
+            "I live in Dublin, so think Dublin for events.",
+            "I'm in Galway for the weekend, it's gorgeous here.",
+            "dublin",
+        ),
+        ("Keep it casual with me, jokes welcome.", "Rough day, be gentle and serious with me for a bit.", "casual"),
+        # the value the memory holds, named again
+        (
+            "I use a MacBook Air M2, so Mac instructions please.",
+            "My MacBook is acting up again, the fan is so loud.",
+            "mac",
+        ),
+        (
+            "Always give me bullet points, I read on my phone.",
+            "Those bullet points were perfect, so easy to read.",
+            "bullet",
+        ),
+        # not the user's own
+        ("I work as a nurse in Leeds, so medical terms are fine.", "The new hospital wing opened last week.", "nurse"),
+        # a word of an exclusive topic in another sense: weight, not units
+        ("Please use metric units.", "I lost 10 pounds this month, so happy!", "metric"),
+    ],
+)
+async def test_a_later_word_on_the_slot_that_is_no_new_value_of_the_users_leaves_the_memory(
+    first: str, later: str, kept: str
+) -> None:
+    memories, _ = await remember([first], [later])
+    assert any(kept in m.text.lower() and m.evidence == ["m1"] for m in memories), [m.text for m in memories]

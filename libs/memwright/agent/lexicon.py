@@ -26,6 +26,8 @@ NOT_CHANGE = word_pattern("not_change")  # "from now on": a new standing rule, n
 ENDED = word_pattern("ended")  # what a memory holds came to an end: its replacement follows
 PAST = word_pattern("past")  # a clause of an update that speaks of the old value
 OLD_VALUE = word_pattern("old_value")  # a value the user had before ("my old flat"): no slot filled now
+TEMPORARY = word_pattern("temporary")  # for a while only ("for the weekend"): no slot filled now
+SLOT_WORDS = word_pattern("slot_words")  # words of a slot itself, not of its value ("time", "phone")
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 HEDGED = word_pattern("hedged")  # maybe, some day: changes no memory
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household

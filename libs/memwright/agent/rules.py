@@ -99,6 +99,9 @@ SLOT_OF_MEMORY_AT = 0.4  # ... and a memory's text or clause the same one, as th
 # beside each other (units of another kind, "never in German", "comments in German"), and a diet, which is
 # often several at once ("we keep kosher" ... "has to be pareve"; vegetarian and gluten-free)
 SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
+FACT_SLOTS = frozenset(
+    {"home", "job", "phone", "computer"}
+)  # the user's facts: said of themselves (a zone is often asked for: "JST please")
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
@@ -803,6 +806,8 @@ from memwright.agent.lexicon import (  # noqa: E402
     INSTRUCTION,
     NOT_CHANGE,
     OLD_VALUE,
+    SLOT_WORDS,
+    TEMPORARY,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
@@ -1659,12 +1664,12 @@ class RulesPolicy:
                 return m  # "always use tabs" after "never use tabs"
             if new_rule and language is not None and _reply_language(m.text) not in (None, language):
                 return m  # "from now on answer me in German" after "always answer me in English": one at a time
+            if not (changing or new_rule):
+                continue
             shared = cats & categories(m.text)
             exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
             if exclusive and _alternatives(m.text, text, exclusive):
                 return m  # "switch to metric from now on" after "please use imperial units"
-            if not (changing or new_rule):
-                continue
             if not changing:
                 continue
             rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
@@ -1746,8 +1751,13 @@ class RulesPolicy:
         slot = self._slot(vector)
         if slot is None or slot in SLOTS_LEFT_TO_WORDS or _ADDS.search(said or sentence):
             return None
-        if not _may_change(sentence) or (OLD_VALUE.search(sentence) and not says_changed(sentence)):
+        if not _may_change(sentence) or scoped(sentence) or TEMPORARY.search(sentence):
+            return None  # "in Galway for the weekend", "the email needs American spelling today"
+        changed = says_changed(sentence)
+        if OLD_VALUE.search(sentence) and not changed:
             return None
+        if slot in FACT_SLOTS and not (_speaks_of_self(sentence) or _UNSPOKEN_I.match(sentence)):
+            return None  # "The conference is on Central European time": not the user's zone
         here = _conversations(tools, evidence)
         held = [
             m
@@ -1760,7 +1770,11 @@ class RulesPolicy:
         ]
         # two memories in one slot ("bullet points" and "number the steps"): the closer one changes
         found = max(held, key=lambda m: self._closeness(m.text, vector), default=None)
-        return found if found is not None and not self._apart_across_languages(sentence, found) else None
+        if found is None or self._apart_across_languages(sentence, found):
+            return None
+        if not changed and _names_its_value(sentence, found.text):
+            return None  # "My MacBook is acting up again": the value the memory holds, not a new one
+        return found
 
     def _meaning_conflict(
         self, tools: MemoryTools, text: str, changing: int, said: str, evidence: list[str]
@@ -2144,6 +2158,19 @@ def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
             if len(named) == 1:
                 return named[0]
     return None
+
+
+# a sentence with its "I" left out: "Relocated to Singapore in the spring!", "Started at the lab on Monday."
+_UNSPOKEN_I = re.compile(
+    r"^\W*(?:(?:just|finally|recently|officially)\s+)?(?:[a-z]+ed|got|began|left|took|quit)\b", re.I
+)
+
+
+def _names_its_value(sentence: str, memory: str) -> bool:
+    """Whether `sentence` names what `memory` holds: a content word of the memory that is no word of
+    the slot itself (data/words.toml `slot_words`: "time", "phone", "answers", ...)."""
+    shared = content_words(sentence) & content_words(memory)
+    return any(not SLOT_WORDS.fullmatch(w) for w in shared)
 
 
 def _conversations(tools: MemoryTools, message_ids: list[str]) -> set[str]:
