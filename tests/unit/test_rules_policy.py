@@ -1910,6 +1910,14 @@ async def test_a_later_word_about_the_old_value_does_not_bring_it_back(
         ("I work as a nurse in Leeds, so medical terms are fine.", "The new hospital wing opened last week.", "nurse"),
         # a word of an exclusive topic in another sense: weight, not units
         ("Please use metric units.", "I lost 10 pounds this month, so happy!", "metric"),
+        # something else's zone, said of it
+        ("Always give me times in Pacific time.", "Our London office works on GMT, so calls start early.", "pacific"),
+        # a rule for some replies, beside the one for all
+        (
+            "Write everything as flowing prose, no lists.",
+            "I like numbered steps when you explain how to do something.",
+            "prose",
+        ),
     ],
 )
 async def test_a_later_word_on_the_slot_that_is_no_new_value_of_the_users_leaves_the_memory(
@@ -1917,3 +1925,12 @@ async def test_a_later_word_on_the_slot_that_is_no_new_value_of_the_users_leaves
 ) -> None:
     memories, _ = await remember([first], [later])
     assert any(kept in m.text.lower() and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
+
+
+async def test_a_new_value_that_turns_down_the_old_one_by_name_replaces_it() -> None:
+    memories, _ = await remember(
+        ["Always format answers as bullet points for me please."],
+        ["No more bullet points please, write in plain paragraphs."],
+    )
+    [m] = memories
+    assert "paragraphs" in m.text and "bullet" not in m.text and m.evidence == ["m1", "m2"]

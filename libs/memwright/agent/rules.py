@@ -99,6 +99,7 @@ SLOT_OF_MEMORY_AT = 0.4  # ... and a memory's text or clause the same one, as th
 # beside each other (units of another kind, "never in German", "comments in German"), and a diet, which is
 # often several at once ("we keep kosher" ... "has to be pareve"; vegetarian and gluten-free)
 SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
+REPLY_SLOTS = frozenset({"reply_format", "reply_length", "tone"})  # a rule for some replies sits beside one for all
 FACT_SLOTS = frozenset(
     {"home", "job", "phone", "computer"}
 )  # the user's facts: said of themselves (a zone is often asked for: "JST please")
@@ -1757,7 +1758,11 @@ class RulesPolicy:
         if OLD_VALUE.search(sentence) and not changed:
             return None
         if slot in FACT_SLOTS and not (_speaks_of_self(sentence) or _UNSPOKEN_I.match(sentence)):
-            return None  # "The conference is on Central European time": not the user's zone
+            return None  # "The new hospital wing opened last week": not the user's
+        if _ANOTHER_SUBJECT.match(sentence):
+            return None  # "The conference is on Central European time", "Half my team is in Bangalore"
+        if slot in REPLY_SLOTS and _NARROWED.search(sentence):
+            return None  # "I like numbered steps when you explain how to do something": beside the general rule
         here = _conversations(tools, evidence)
         held = [
             m
@@ -1772,7 +1777,7 @@ class RulesPolicy:
         found = max(held, key=lambda m: self._closeness(m.text, vector), default=None)
         if found is None or self._apart_across_languages(sentence, found):
             return None
-        if not changed and _names_its_value(sentence, found.text):
+        if not changed and polarity(sentence) == polarity(found.text) and _names_its_value(sentence, found.text):
             return None  # "My MacBook is acting up again": the value the memory holds, not a new one
         return found
 
@@ -2164,6 +2169,18 @@ def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
 _UNSPOKEN_I = re.compile(
     r"^\W*(?:(?:just|finally|recently|officially)\s+)?(?:[a-z]+ed|got|began|left|took|quit)\b", re.I
 )
+
+
+# a sentence about something or someone else than the user: "The conference is ...", "Our London office
+# works on GMT", "Half my team is in ..." (not "My time zone is ...", "My new laptop ...", "The new flat ...")
+_ANOTHER_SUBJECT = re.compile(
+    r"^\W*(?:the|our|half (?:of )?my|most of my|his|her|their|my)\s+(?!(?:own|new|time|timezone|time zone|"
+    r"clock|phone|laptop|computer|flat|house|place|home|job|work)\b)(?:\w+\s+){0,2}?(?:is|are|was|were|works?|runs?|"
+    r"uses?|has|have|starts?)\b",
+    re.I,
+)
+# a rule for some of the replies: "when you explain ...", "if I ask for code", "for comparisons"
+_NARROWED = re.compile(r"\b(?:when|whenever|if)\s+(?:you|i)\b|\bfor (?:comparisons|code|recipes|emails)\b", re.I)
 
 
 def _names_its_value(sentence: str, memory: str) -> bool:
