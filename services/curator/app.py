@@ -31,7 +31,7 @@ def make_policy(settings: CuratorSettings) -> Policy:
         from memwright.agent.llm import LlmPolicy  # the openai client only when asked for
 
         return LlmPolicy(settings)
-    return RulesPolicy()
+    return RulesPolicy(read_slots=settings.rules_slots)
 
 
 def application_names(worker: str) -> tuple[str, str]:

@@ -23,7 +23,9 @@ from memwright.eval.offline import run_user
 from tests.fakes.agent import T0, make_tools, memory, msg
 
 
-async def remember(*conversations: list[str], budget: int | None = None) -> tuple[list[Memory], WorkingMemory]:
+async def remember(
+    *conversations: list[str], budget: int | None = None, read_slots: bool = False
+) -> tuple[list[Memory], WorkingMemory]:
     """Run the policy over conversations c1, c2, ... (messages m1, m2, ... across them)."""
     n = 0
     convs = []
@@ -34,7 +36,7 @@ async def remember(*conversations: list[str], budget: int | None = None) -> tupl
             at = (T0 + timedelta(days=i, minutes=n)).isoformat()
             messages.append(EvalMessage(f"m{n}", t, at))
         convs.append(Conversation(f"c{i + 1}", messages))
-    return await run_user(RulesPolicy(), UserCase("alice", convs, budget=budget))
+    return await run_user(RulesPolicy(read_slots=read_slots), UserCase("alice", convs, budget=budget))
 
 
 # ---- explicit preferences: remembered at once, in ordinary phrasing ---------------------
@@ -246,12 +248,6 @@ async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_addi
             "Actually, use imperial instead, my team is in Texas.",
             "imperial",
             " si ",
-        ),
-        (  # a new value of an exclusive topic needs no "now" or "instead" to replace the old one
-            "My editor in Chicago wants American spelling in everything I send.",
-            "My own newsletter goes out in British spelling, please use it for me.",
-            "british",
-            "american",
         ),
     ],
 )
@@ -1795,10 +1791,18 @@ async def test_a_question_with_a_full_width_question_mark_is_no_memory() -> None
 async def test_a_new_value_of_a_single_valued_slot_replaces_the_memory(
     before: str, after: str, present: str, absent: str
 ) -> None:
-    memories, _ = await remember([before], [after])
+    memories, _ = await remember([before], [after], read_slots=True)
     [m] = memories
     assert present in m.text.lower() and absent not in m.text.lower()
     assert m.evidence == ["m1", "m2"]
+
+
+async def test_the_slot_reader_is_off_unless_asked_for() -> None:
+    # not yet proven on the sets it was not tuned on: MEMWRIGHT_RULES_SLOTS turns it on
+    before = "I live in Didsbury in Manchester, so assume that area when I ask about places to eat."
+    after = "Any good bakeries near us? We're based in Bristol, still learning the neighbourhood."
+    memories, _ = await remember([before], [after])
+    assert any("manchester" in m.text.lower() for m in memories)
 
 
 @pytest.mark.parametrize(
@@ -1810,7 +1814,7 @@ async def test_a_new_value_of_a_single_valued_slot_replaces_the_memory(
     ],
 )
 async def test_what_fills_no_slot_of_the_user_leaves_the_memory_alone(later: list[str]) -> None:
-    memories, _ = await remember(["I live in Leeds, assume that for local recommendations."], later)
+    memories, _ = await remember(["I live in Leeds, assume that for local recommendations."], later, read_slots=True)
     assert any("leeds" in m.text.lower() and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
 
 
@@ -1819,24 +1823,29 @@ async def test_a_new_value_the_patterns_hold_as_a_hint_still_replaces_the_memory
     memories, _ = await remember(
         ["Keep in mind I'm on GMT when you schedule anything for me."],
         ["Relocated to Singapore in the spring! Singapore time for everything."],
+        read_slots=True,
     )
     [m] = memories
     assert "singapore time" in m.text.lower() and "gmt" not in m.text.lower() and m.evidence == ["m1", "m2"]
 
 
 async def test_a_value_said_to_come_on_top_adds_a_memory() -> None:
-    memories, _ = await remember(["Answers in bullet points please."], ["Also use tables when you compare things."])
+    memories, _ = await remember(
+        ["Answers in bullet points please."], ["Also use tables when you compare things."], read_slots=True
+    )
     assert any("bullet" in m.text and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
 
 
 async def test_two_values_of_a_slot_in_one_conversation_are_two_memories() -> None:
     # "Fahrenheit and miles for me" ... "and recipes in cups": two sides of one setting, not a change
-    memories, _ = await remember(["Use bullet points for summaries please.", "And tables for comparisons, always."])
+    memories, _ = await remember(
+        ["Use bullet points for summaries please.", "And tables for comparisons, always."], read_slots=True
+    )
     assert len(memories) == 2
 
 
 def test_of_two_memories_in_the_slot_the_closer_one_is_the_one_a_new_value_changes() -> None:
-    policy = RulesPolicy()
+    policy = RulesPolicy(read_slots=True)
     held = [
         memory("User works as a software engineer at a bank."),
         memory("User is a part-time bartender on weekends."),
@@ -1851,7 +1860,7 @@ def test_of_two_memories_in_the_slot_the_closer_one_is_the_one_a_new_value_chang
 
 def test_the_slot_threshold_is_read_when_used(monkeypatch: pytest.MonkeyPatch) -> None:
     # a default argument bound at import had kept sweeps of SLOT_AT from changing anything
-    policy = RulesPolicy()
+    policy = RulesPolicy(read_slots=True)
     vector = policy._vector("I started a new job as a barista at a café near the station last week.")
     assert policy._slot(vector) == "job"
     monkeypatch.setattr(rules, "SLOT_AT", 0.999)
@@ -1880,7 +1889,7 @@ def test_the_slot_threshold_is_read_when_used(monkeypatch: pytest.MonkeyPatch) -
 async def test_a_later_word_about_the_old_value_does_not_bring_it_back(
     first: str, change: str, later: str, new: str, old: str
 ) -> None:
-    memories, _ = await remember([first], [change], [later])
+    memories, _ = await remember([first], [change], [later], read_slots=True)
     [m] = memories
     assert new in m.text.lower() and old not in m.text.lower(), m.text
 
@@ -1923,7 +1932,7 @@ async def test_a_later_word_about_the_old_value_does_not_bring_it_back(
 async def test_a_later_word_on_the_slot_that_is_no_new_value_of_the_users_leaves_the_memory(
     first: str, later: str, kept: str
 ) -> None:
-    memories, _ = await remember([first], [later])
+    memories, _ = await remember([first], [later], read_slots=True)
     assert any(kept in m.text.lower() and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
 
 
@@ -1931,6 +1940,7 @@ async def test_a_new_value_that_turns_down_the_old_one_by_name_replaces_it() -> 
     memories, _ = await remember(
         ["Always format answers as bullet points for me please."],
         ["No more bullet points please, write in plain paragraphs."],
+        read_slots=True,
     )
     [m] = memories
     assert "paragraphs" in m.text and "bullet" not in m.text and m.evidence == ["m1", "m2"]

@@ -57,3 +57,12 @@ def test_topics_are_created_with_the_configured_replication(replication: int, mi
     assert durable == dict.fromkeys(topics, min_insync)
     with pytest.raises(SettingsError, match="MEMWRIGHT_TOPIC_REPLICATION=0 must be between 1 and 7"):
         KafkaSettings.from_env({"MEMWRIGHT_KAFKA_BOOTSTRAP": "k", "MEMWRIGHT_TOPIC_REPLICATION": "0"})
+
+
+def test_the_rules_policy_reads_slots_only_when_asked() -> None:
+    from memwright.services.curator.app import make_policy
+
+    env = {"MEMWRIGHT_PG_DSN": "x"}
+    assert make_policy(CuratorSettings.from_env(env)).read_slots is False  # type: ignore[attr-defined]
+    on = CuratorSettings.from_env({**env, "MEMWRIGHT_RULES_SLOTS": "true"})
+    assert on.rules_slots is True and make_policy(on).read_slots is True  # type: ignore[attr-defined]

@@ -852,10 +852,14 @@ class RulesPolicy:
         promote_after: int = PROMOTE_AFTER_CONVERSATIONS,
         fade_after: timedelta = FADE_AFTER,
         detector: Detector | None = None,
+        read_slots: bool = False,
     ) -> None:
         self.promote_after = promote_after
         self.fade_after = fade_after
         self._detector = detector
+        # the slot reader (slots.py) replaces a memory by a later value of its slot; off by default: on
+        # the sets it was not tuned on it has not paid for itself yet (docs/quality.md, fifteenth round)
+        self.read_slots = read_slots
         self._vectors: dict[str, np.ndarray] = {}
 
     @property
@@ -1735,7 +1739,7 @@ class RulesPolicy:
         return best[1] if best else None
 
     def _slot(self, vector: np.ndarray, at: float | None = None) -> str | None:
-        reader = slots.shared_head() if self._embedder() is not None else None
+        reader = slots.shared_head() if self.read_slots and self._embedder() is not None else None
         return reader.slot(vector, SLOT_AT if at is None else at) if reader is not None else None
 
     def _same_slot(

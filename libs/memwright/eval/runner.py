@@ -332,8 +332,10 @@ def _policy_object(policy: str) -> Any:
 
         return LlmPolicy(CuratorSettings.from_env({**os.environ, "MEMWRIGHT_POLICY": "llm", "MEMWRIGHT_PG_DSN": "-"}))
     from memwright.agent.rules import RulesPolicy
+    from memwright.settings import CuratorSettings
 
-    return RulesPolicy()
+    env = {**os.environ, "MEMWRIGHT_POLICY": "rules", "MEMWRIGHT_PG_DSN": "-"}
+    return RulesPolicy(read_slots=CuratorSettings.from_env(env).rules_slots)
 
 
 def load_sets(splits: list[str], datasets: list[Path], users: int = 0) -> list[EvalSet]:
