@@ -100,9 +100,8 @@ SLOT_OF_MEMORY_AT = 0.4  # ... and a memory's text or clause the same one, as th
 # often several at once ("we keep kosher" ... "has to be pareve"; vegetarian and gluten-free)
 SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
 REPLY_SLOTS = frozenset({"reply_format", "reply_length", "tone"})  # a rule for some replies sits beside one for all
-FACT_SLOTS = frozenset(
-    {"home", "job", "phone", "computer"}
-)  # the user's facts: said of themselves (a zone is often asked for: "JST please")
+# the user's facts, changed only when said of the user (a zone is as often asked for: "JST please")
+FACT_SLOTS = frozenset({"home", "job", "phone", "computer"})
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
@@ -1291,9 +1290,8 @@ class RulesPolicy:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I actually like cilantro now"
             if says_changed(body) and self._replaced(tools, vector, body) is not None:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I'm on Android these days"
-            if (
-                self._same_slot(tools, vector, body, [msg.message_id], msg.text) is not None
-            ):  # "we're up in Alfama now" after Hackney
+            # "we're up in Alfama now" after "User lives in Hackney."
+            if self._same_slot(tools, vector, body, [msg.message_id], msg.text) is not None:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
             # "I'm on iPhone" held, then "switched to a Pixel, Android now"
             if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
@@ -1688,11 +1686,12 @@ class RulesPolicy:
         self, tools: MemoryTools, vector: np.ndarray, sentence: str, changing: int, said: str, evidence: list[str]
     ) -> Memory | None:
         """The agent memory that `sentence` (of the message `said`) says again or changes, by
-        meaning: the closest one, when it is very close (SAME_TOPIC); else the one the update reader
-        says it replaces (REPLACE_AT: "I'm on Android these days" after "User uses an iPhone.");
-        else the closest, when it is close (CHANGE_TOPIC) and the message says something changed.
-        The last two only for a sentence that may change a memory (`_may_change`: not a question,
-        a request or someone else's news)."""
+        meaning: the closest one, when it is very close (SAME_TOPIC); else the one whose
+        single-valued slot it fills with a new value (`_same_slot`, when the slot reader is on);
+        else the one the update reader says it replaces (REPLACE_AT: "I'm on Android these days"
+        after "User uses an iPhone."); else the closest, when it is close (CHANGE_TOPIC) and the
+        message says something changed. The last three only for a sentence that may change a
+        memory (`_may_change`: not a question, a request or someone else's news)."""
         closest = self._closest_memory(tools, vector)
         if closest is None:
             return None
@@ -1747,12 +1746,15 @@ class RulesPolicy:
     ) -> Memory | None:
         """The agent memory from another conversation that holds a value of the single-valued slot
         `sentence` (cited by `evidence`) fills (slots.py: "We're up in Alfama now" and "User lives
-        in Hackney."), read from the memory's text or one of its clauses. None for a sentence that
-        may not change a memory (`_may_change`), that speaks of a value the user had before and
-        says no change ("I still miss my old flat in Valencia": data/words.toml `old_value`), or
-        whose message `said` says it adds ("also", "as well": the sentence has lost its "Also,"
-        by now). In one conversation, two values of a slot are two sides of one setting
-        ("Fahrenheit and miles for me" ... "and recipes in cups")."""
+        in Hackney."), read from the memory's text or one of its clauses; of two, the closer. None
+        for a sentence whose message `said` says it adds ("also", "as well": the sentence has lost
+        its "Also," by now), that may not change a memory (`_may_change`), that holds for a while
+        only (`scoped`, words.toml `temporary`), that speaks of a value the user had before
+        (`old_value`), a fact not said of the user, a sentence about something else ("The
+        conference is on ..."), a rule for some replies only ("... when you explain ..."), or one
+        that names the memory's own value and says no change ("My MacBook is acting up again").
+        In one conversation, two values of a slot are two sides of one setting ("Fahrenheit and
+        miles for me" ... "and recipes in cups")."""
         slot = self._slot(vector)
         if slot is None or slot in SLOTS_LEFT_TO_WORDS or _ADDS.search(said or sentence):
             return None
