@@ -13,6 +13,9 @@ request, nothing hedged) decides that.
 The reader is a softmax over the local model's vector (all-MiniLM-L6-v2) with one class per slot and
 "none". `python -m memwright.agent.train` fits it, deterministically, on data/slots.jsonl (sentences
 written for it: {"text", "slot"}) and writes data/slot_head.npz.
+
+The rules policy reads it only when asked (`MEMWRIGHT_RULES_SLOTS=true`, `RulesPolicy(read_slots=True)`):
+on the sets it was not tuned on it has not yet paid for itself (docs/quality.md, fifteenth round).
 """
 
 from __future__ import annotations
