@@ -39,6 +39,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # by a helper that saw none of the policy, for the thirteenth round; tuned on.
 # "updates3": 40 update users by a helper that saw neither the project's data nor the policy, for the
 # fifteenth round: measured once untuned (with the round's first slot reader), then tuned on.
+# "holdout3": 80 users of the five categories by two new helpers that saw nothing of the project,
+# committed at the end of the fifteenth round with the policy unchanged, measured once there; never tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -53,6 +55,7 @@ SPLITS = {
     "languages": "language_probe.jsonl",
     "holdout": "holdout_probe.jsonl",
     "holdout2": "holdout2_probe.jsonl",
+    "holdout3": "holdout3_probe.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
