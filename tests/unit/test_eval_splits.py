@@ -108,7 +108,10 @@ def test_the_phrasing_is_varied_not_templated(splits: dict[str, list[UserCase]])
 
 
 # written apart from the three splits
-PROBES = ("chat", "updates", "explicit", "repeats", "updates2", "updates3", "languages", "holdout", "holdout2", "holdout3")
+PROBES = (
+    *("chat", "updates", "explicit", "repeats", "updates2", "updates3", "languages"),
+    *("holdout", "holdout2", "holdout3"),
+)
 
 
 def test_key_words_come_from_the_users_own_messages(splits: dict[str, list[UserCase]]) -> None:
