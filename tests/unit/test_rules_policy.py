@@ -124,6 +124,60 @@ async def test_a_one_off_is_forgotten(sentence: str) -> None:
     assert all(len(h.conversations) < 2 for h in working.hypotheses)
 
 
+@pytest.mark.parametrize(
+    ("sentence", "keyword"),
+    [
+        ("What's the weather like in Lisbon in May? I hate heat above 28 degrees, I wilt.", "heat"),
+        ("I really can't stand true crime, it gives me nightmares.", "true crime"),
+        ("Facebook's a no-go, I deleted my account on principle.", "facebook"),
+        ("Horror films are a hard no for me.", "horror"),
+        ("Honestly, I absolutely loathe musicals.", "musicals"),
+    ],
+)
+async def test_a_dislike_said_outright_is_remembered_at_once(sentence: str, keyword: str) -> None:
+    memories, _ = await remember([sentence])
+    assert [(keyword in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
+
+
+@pytest.mark.parametrize(
+    "sentence",
+    ["I hate it.", "That's a no-go.", "i kinda hate my haircut rn", "see the table above", "I hate that song."],
+)
+def test_a_dislike_of_what_is_in_front_of_the_user_is_no_standing_preference(sentence: str) -> None:
+    assert rules.explicit_preference(sentence) is None
+
+
+async def test_an_explicit_preference_is_not_silenced_by_a_weak_meta_reading() -> None:
+    """The head's likeliest label is `meta` at 0.38 here; a sentence it is not sure speaks to the
+    memory (EXPLICIT_OVER_META) keeps what the patterns read in it."""
+    said = "Facebook's a no-go, I deleted my account on principle."
+
+    class LeansMeta:
+        def __init__(self) -> None:
+            self.inner = RulesPolicy().detector
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def classify(self, texts: list[str]) -> list[SentenceType]:
+            kinds = self.inner.classify(texts)
+            probs = {"standing": 0.3, "weak": 0.2, "task": 0.1, "question": 0.02, "meta": 0.38}
+            return [
+                SentenceType("meta", probs, k.vector) if t == said else k for t, k in zip(texts, kinds, strict=True)
+            ]
+
+    case = UserCase("alice", [Conversation("c1", [EvalMessage("m1", said, T0.isoformat())])])
+    memories, _ = await run_user(RulesPolicy(detector=LeansMeta()), case)
+    assert [("facebook" in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
+
+
+async def test_a_terse_rule_for_the_replies_keeps_the_reason_beside_it() -> None:
+    memories, _ = await remember(
+        ["Summaries as bullet points, five max. Paragraphs are useless to me when I'm skimming."]
+    )
+    assert len(memories) == 1 and {"bullet", "skimming"} <= set(re.findall(r"\w+", memories[0].text.lower()))
+
+
 # ---- weak signals: hypotheses that graduate only across conversations ---------------------
 
 

@@ -89,6 +89,7 @@ REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the ll
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.toml `change`)
+EXPLICIT_OVER_META = 0.5  # ... but a sentence the patterns read as explicit needs this p(meta) to be silenced
 META_AT = 0.7  # p(meta) at which a sentence that speaks to the memory or the rules costs its whole message
 TIED = 0.15  # cosine at which a rule and the user's remark beside it are one memory (rules.py `_tied`)
 REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
@@ -334,6 +335,9 @@ def _they_outside_quotations(text: str) -> str:
 
 
 # Explicit preferences and standing facts: remembered at once.
+_AVERSION_VERBS = "|".join(re.escape(w) for w in WORDS["aversion_verbs"])
+_AVERSION_NOUNS = "|".join(re.escape(w) for w in WORDS["aversion_nouns"])
+_INTENSIFIER = "really|absolutely|just|honestly|genuinely|truly|totally|real|strong|serious|genuine"
 _EXPLICIT = [
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -363,6 +367,13 @@ _EXPLICIT = [
         r",\s*(?:always|never)\W*$",
         r"\bi(?:'d| would) (?:love|like|appreciate|prefer) it if you (?:could |would )?(?:always|never|stop)\b",
         r"\bi(?:'m| am) allergic to\b|\bi have an? [\w -]{1,30} allergy\b",
+        # a dislike said outright ("I really can't stand true crime"), not one of what is in front of
+        # the user ("I hate it", "I hate that song"); "it when you" is above
+        rf"^(?:(?:honestly|also|and|but|oh|tbh|personally),? )?i (?:(?:{_INTENSIFIER}) )?(?:{_AVERSION_VERBS})\b"
+        r"(?! (?:it|when|that|this)\b)",
+        # "Horror films are a hard no for me", "Facebook's a no-go" (not "that's a no-go")
+        rf"(?<!\bthat)(?<!\bit)(?<!\bthis)(?<!\bwhich) ?(?:\bis|\bare|'s|'re) (?:a )?(?:{_AVERSION_NOUNS})s?\b",
+        rf"\bi have (?:a |an )?(?:(?:{_INTENSIFIER}) )?aversion to\b",
     )
 ]
 _STANDING = re.compile(
@@ -376,7 +387,7 @@ _SCOPED = re.compile(
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
     r"|\btomorrow\b|\btmrw?\b|\bthis (?:week|weekend)\b|\bnext week\b|\bone-?off\b|\b(?:just )?this once\b"
-    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b"
+    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
     # the same in the other languages users write in: today, tonight, this time, right now, tomorrow (not
@@ -985,9 +996,9 @@ class RulesPolicy:
             if len(words(body)) < 2 or re.match(r"^i(?:'ve| have)? changed my mind\W*$", body, re.I):
                 return [], ""  # "Actually, I've changed my mind." -- the next sentence says how
 
-        if kind is not None and kind.label == "meta":
-            return [], None  # aimed at the memory or the rules: the guard's business, not a preference
         pref = explicit_preference(body)
+        if kind is not None and kind.label == "meta" and (pref is None or kind.p("meta") >= EXPLICIT_OVER_META):
+            return [], None  # aimed at the memory or the rules: the guard's business, not a preference
         if _BARE_POINTER.match(body):  # "I'm a night nurse. Remember that.": what it points at, if anything
             pref = as_memory(pending) if pending else _with_what_it_points_at("", earlier or [])
             if not pref:
@@ -1130,8 +1141,10 @@ class RulesPolicy:
         def _rule_and_reason(j: int, i: int) -> bool:
             # "Keep recipes to 8 ingredients or fewer. I'm not running a restaurant.": an instruction
             # and the user's remark on why, tied in meaning however loosely
+            # ... or a terse rule for the replies ("Summaries as bullet points, five max.")
+            rule = INSTRUCTION.match(bodies[j]) or (REPLIES.search(bodies[j]) and not scoped(bodies[j]))
             return (
-                bool(INSTRUCTION.match(bodies[j]))
+                bool(rule)
                 and _speaks_of_self(bodies[i])
                 and not _speaks_of_self(bodies[j])
                 and _tied(kinds[i], kinds[j])
