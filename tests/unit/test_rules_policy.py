@@ -178,6 +178,33 @@ async def test_a_terse_rule_for_the_replies_keeps_the_reason_beside_it() -> None
     assert len(memories) == 1 and {"bullet", "skimming"} <= set(re.findall(r"\w+", memories[0].text.lower()))
 
 
+@pytest.mark.parametrize(
+    "message",
+    [
+        "What should I cook tonight? I have rice, eggs and some spinach.",
+        "Something quick with chicken thighs? I have rice and frozen peas",
+        "Can you suggest a bake? We've got flour, sugar, butter and a bag of chocolate chips.",
+    ],
+)
+async def test_what_is_in_the_kitchen_today_is_neither_remembered_nor_held(message: str) -> None:
+    memories, working = await remember([message])
+    assert memories == [] and not any("rice" in h.statement or "flour" in h.statement for h in working.hypotheses)
+
+
+@pytest.mark.parametrize(
+    ("sentence", "on_hand"),
+    [
+        ("I have rice, eggs and some spinach.", True),
+        ("I have a severe peanut allergy and eggs are fine.", False),  # a fact about the user
+        ("I have two kids and a dog.", False),
+        ("I have to watch my potassium, so fewer potatoes.", False),
+        ("I always have oats for breakfast.", False),  # a habit
+    ],
+)
+def test_only_the_contents_of_the_kitchen_are_on_hand(sentence: str, on_hand: bool) -> None:
+    assert rules._on_hand(sentence) is on_hand
+
+
 # ---- weak signals: hypotheses that graduate only across conversations ---------------------
 
 

@@ -817,6 +817,7 @@ from memwright.agent.lexicon import (  # noqa: E402
     INSTRUCTION,
     NOT_CHANGE,
     OLD_VALUE,
+    ON_HAND,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
@@ -1164,7 +1165,7 @@ class RulesPolicy:
                     if length <= BESIDE_WORDS:
                         roles[j] = "beside"
             return roles
-        mine = [i for i in sure if not OUTSIDERS.match(bodies[i])]
+        mine = [i for i in sure if not OUTSIDERS.match(bodies[i]) and not _on_hand(bodies[i])]
         if not mine:
             return roles
         weak = max(mine, key=lambda i: kinds[i].p("weak") + kinds[i].p("standing"))
@@ -1948,13 +1949,27 @@ def _complaint_roles(said: list[str], bodies: list[str], complaint: int) -> list
     return roles
 
 
+_HAVE_ON_HAND = re.compile(
+    r"^(?:(?:but|and|also|so|ok|okay),? )?"
+    r"(?:i|we)(?:'ve got| (?:only |just |still |also )?(?:have got|have|got))\b(?! to\b)",
+    re.I,
+)
+_NOT_ON_HAND = re.compile(r"\b(?:allerg\w*|intoleran\w*|always|never|usually|every)\b", re.I)
+
+
+def _on_hand(body: str) -> bool:
+    """What the user has in the kitchen today ("I have rice, eggs and some spinach."): the stuff of
+    the task at hand, not a fact to remember (data/words.toml `on_hand`)."""
+    return bool(_HAVE_ON_HAND.match(body) and ON_HAND.search(body) and not _NOT_ON_HAND.search(body))
+
+
 def _task_bound(body: str) -> bool:
     """Words tie the sentence to the task at hand and none says a habit: "the budget for this trip
     is 800 euros", not "I always travel carry-on, so the list has to fit a 40L bag"; or it asks for
     work on the text at hand and says nothing else of the user ("Rewrite this for my bio.", not
     "Fix this, I'm dyslexic so check spelling carefully.")."""
     on_this = material.works_on_this(body) and not any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
-    return (scoped(body) or on_this) and not _HABIT.search(body)
+    return (scoped(body) or on_this or _on_hand(body)) and not _HABIT.search(body)
 
 
 # "Give me ten names", "explain it like I'm five" ask; they disclose nothing
