@@ -208,6 +208,30 @@ def test_only_the_contents_of_the_kitchen_are_on_hand(sentence: str, on_hand: bo
 # ---- weak signals: hypotheses that graduate only across conversations ---------------------
 
 
+async def test_a_fact_said_in_passing_in_two_conversations_graduates_by_its_clauses() -> None:
+    """Neither sentence as a whole is close to the other (each is mostly about something else); the
+    clauses that say the fact are (`_clause_match`)."""
+    memories, _ = await remember(
+        ["how do I keep my toddler busy on a long flight"],
+        [
+            "best snacks for a road trip?",
+            "my wife is pregnant and I was laid off in march so money is tight, cheap ideas please",
+        ],
+        ["what to say in a cover letter about a gap? I was made redundant this spring and have been job hunting since"],
+    )
+    assert [sorted(m.evidence) for m in memories] == [["m3", "m4"]]
+
+
+async def test_requests_on_one_topic_in_two_conversations_are_no_repeat_by_clauses() -> None:
+    """A question and a request on one topic in two conversations: their clauses ask, they say
+    nothing of the user, so they take no part in a match by clauses (`_disclosing_pieces`)."""
+    memories, working = await remember(
+        ["what's a good beginner camera for taking photos of moving animals"],
+        ["help me write a short bio for my instagram, I post photography and a bit of travel"],
+    )
+    assert memories == [] and len(working.hypotheses) == 2
+
+
 @pytest.mark.parametrize(
     ("first", "second", "keyword"),
     [
@@ -561,6 +585,8 @@ async def test_ordinary_preferences_beside_the_guard_are_still_remembered() -> N
         # typed without the apostrophe
         ("Im on ubuntu 22.04 on my laptop", "User is on ubuntu 22.04 on their laptop."),
         ("ive got two cats and im allergic to one", "User has got two cats and they're allergic to one."),
+        # "was" after "they" inside the clause
+        ("My wife is pregnant and I was laid off in March", "User's wife is pregnant and they were laid off in March."),
     ],
 )
 def test_the_verb_after_i_takes_the_third_person_even_before_a_comma(said: str, memory_text: str) -> None:

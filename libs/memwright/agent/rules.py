@@ -82,6 +82,7 @@ MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak sign
 MATCH_AT_OTHER_LANGUAGE = 0.55  # ... when the new message is not in English (close by accident more often)
 MATCH_AT_MULTILINGUAL = 0.5  # ... or the multilingual encoder's cosine for it (other scripts, translations)
 APART_ACROSS_LANGUAGES = 0.25  # multilingual cosine under which a sentence never updates a memory in another language
+DISCLOSES_AT = 0.35  # p(weak) + p(standing) at which a piece of a sentence takes part in a match by clauses
 SHARED_WORD_BONUS = 0.1  # added to that cosine when the two share a word root ("rental" ... "I rent")
 SAYS_SOMETHING = 2  # content words a sentence needs to take part in a match by meaning ("ok thanks" has none)
 SAME_WORDS = 0.95  # cosine of a sentence pair that says the same words again (a repeated request)
@@ -323,6 +324,8 @@ def _they_outside_quotations(text: str) -> str:
         (r"\bI've\b|\b(?-i:[Ii]ve)\b", "they've"),
         (r"\bI'd\b", "they'd"),
         (r"\bI'll\b", "they'll"),
+        (r"\bI was\b", "they were"),
+        (r"\bI wasn't\b", "they weren't"),
         (r"\bI\b", "they"),
         (r"\bmyself\b", "themselves"),
         (r"\bmine\b", "theirs"),
@@ -1194,6 +1197,29 @@ class RulesPolicy:
             return np.zeros((0, 1))
         return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
 
+    def _clause_match(self, texts: list[str], others: list[str]) -> float:
+        """The cosine of the best-matching pair of disclosing pieces (`_disclosing_pieces`) of
+        `texts` and `others`: a fact said in passing inside sentences about something else."""
+        mine, theirs = self._disclosing_pieces(texts), self._disclosing_pieces(others)
+        if not mine or not theirs:
+            return 0.0
+        a = np.stack([self._vector(t) for t in mine])
+        b = np.stack([self._vector(t) for t in theirs])
+        return float((a @ b.T).max())
+
+    def _disclosing_pieces(self, texts: list[str]) -> list[str]:
+        """The sentences of `texts` and their clauses (`_MATCH_CUT`) that say something of the user
+        (p(weak) + p(standing) at DISCLOSES_AT or more) and do not ask: the questions and requests of
+        two conversations on one topic ("why do cats knead" ... "why do dogs tilt their heads") are
+        no repeat of anything."""
+        pieces: list[str] = []
+        for sentence in (s for t in texts for s in sentences(t)):
+            cut = [c.strip() for c in _MATCH_CUT.split(sentence) if c.strip() and content_words(c)]
+            pieces += [sentence, *cut] if len(cut) > 1 else [sentence]
+        pieces = [p for p in dict.fromkeys(pieces) if not material.asks(p) and not _bare_request(p)]
+        kinds = self.detector.classify(pieces) if pieces else []
+        return [p for p, k in zip(pieces, kinds, strict=True) if k.p("weak") + k.p("standing") >= DISCLOSES_AT]
+
     def _sentence_vectors_across(self, texts: list[str]) -> np.ndarray | None:
         """The multilingual encoder's vectors of the sentences of `texts` that say something (as
         `_sentence_vectors`, or any words in another language: a sentence and its repeat in another
@@ -1410,10 +1436,12 @@ class RulesPolicy:
                 if theirs_across is not None and len(mine_across) and len(theirs_across):
                     across = float((mine_across @ theirs_across.T).max())
                     score = max(score, across - MATCH_AT_MULTILINGUAL + match_at)
-            if _shared_roots(text, [h.statement, *behind]):
-                score += SHARED_WORD_BONUS
+            bonus = SHARED_WORD_BONUS if _shared_roots(text, [h.statement, *behind]) else 0.0
+            score += bonus
             if score >= SAME_WORDS:
                 continue  # the same request again word for word is a repeated task, not a disclosure
+            if english:  # "up here in Edinburgh" ... "my flat is north facing and it's Scotland, ..."
+                score = max(score, self._clause_match([said], [h.statement, *behind]) + bonus)
             if score >= match_at and (best is None or score > best[0]):
                 best = (score, h)
         return best
@@ -2060,6 +2088,14 @@ def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
 def roots(text: str, shortest: int = 4) -> set[str]:
     """Content words of at least `shortest` letters, cut to four ("one-liners" and "one line" share "line")."""
     return {w[:4] for w in content_words(text) if len(w) >= shortest}
+
+
+# where a sentence is cut into pieces for a match by meaning: punctuation, dashes, conjunctions
+_MATCH_CUT = re.compile(
+    r"[,;:?!.()]+\s*|\s+[\u2014\u2013-]{1,2}\s+"
+    r"|\s+(?:so|and|but|because|since|cause|cuz|which|while|though|although|as)\s+",
+    re.I,
+)
 
 
 def _shared_roots(text: str, others: list[str]) -> bool:
