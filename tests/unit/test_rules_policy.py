@@ -171,6 +171,20 @@ async def test_an_explicit_preference_is_not_silenced_by_a_weak_meta_reading() -
     assert [("facebook" in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
 
 
+@pytest.mark.parametrize(
+    ("message", "keyword"),
+    [
+        ('Write a reply to my landlord. For anything you draft for me, sign it off as "Best, Tomasz".', "tomasz"),
+        ("Help me with this email. Anything you write for me should be in British English.", "british"),
+    ],
+)
+async def test_a_rule_for_anything_written_for_the_user_outlives_the_request_beside_it(
+    message: str, keyword: str
+) -> None:
+    memories, _ = await remember([message])
+    assert [(keyword in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
+
+
 async def test_a_terse_rule_for_the_replies_keeps_the_reason_beside_it() -> None:
     memories, _ = await remember(
         ["Summaries as bullet points, five max. Paragraphs are useless to me when I'm skimming."]

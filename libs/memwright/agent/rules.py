@@ -381,7 +381,8 @@ _EXPLICIT = [
 ]
 _STANDING = re.compile(
     rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|every time|all (?:my |future )|"
-    r"whenever|for future reference|in general|generally|in every|all the time)\b",
+    r"whenever|for future reference|in general|generally|in every|all the time|"
+    r"(?:for|in) (?:anything|everything) (?:you|i)|(?:anything|everything) you (?:write|draft|make|send))\b",
     re.IGNORECASE,
 )
 _SCOPED = re.compile(
