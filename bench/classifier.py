@@ -64,6 +64,7 @@ def child(messages: int, singles: int) -> dict[str, Any]:
     batch_s, batch_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     reader_ms = _update_reader_ms(detector, split)
     slot_ms = _slot_reader_ms(detector, split)
+    repeat = _repeat_match_ms(detector, texts)
     foreign = _foreign_cost(detector, singles)
     rss_after, peak = _rss_mb()
     return {
@@ -85,6 +86,7 @@ def child(messages: int, singles: int) -> dict[str, Any]:
         "batched_message_cpu_ms": round(batch_cpu * 1000 / len(split), 2),
         "update_reader_ms": reader_ms,
         "slot_reader_ms": slot_ms,
+        **repeat,
         "load_average": round(os.getloadavg()[0], 2),
     }
 
@@ -162,6 +164,37 @@ def _slot_reader_ms(detector: Any, split: list[list[str]], memories: int = 10) -
             reader.slot(memory, 0.6)
         times.append((time.perf_counter() - t0) * 1000)
     return round(statistics.median(times), 3) if times else None
+
+
+def _repeat_match_ms(detector: Any, texts: list[str], held: int = 10) -> dict[str, float]:
+    """A new message matched against `held` hypotheses (their vectors cached, as across a user's
+    runs): by whole sentences (the baseline) and by disclosing clauses as well (rules.py
+    `_clause_match`, the new message's pieces read and embedded once): the p50s in ms."""
+    from memwright.agent import rules
+
+    policy = rules.RulesPolicy(detector=detector)
+    hypotheses, said = texts[:held], texts[held : held + 200]
+    policy._clause_match(hypotheses[:1], hypotheses)  # warm: the held ones are read once per user
+    sentence_ms, clause_ms = [], []
+    for text in said:
+        t0 = time.perf_counter()
+        mine = policy._sentence_vectors([text])
+        for h in hypotheses:
+            theirs = policy._sentence_vectors([h])
+            if len(mine) and len(theirs):
+                float((mine @ theirs.T).max())
+        t1 = time.perf_counter()
+        for h in hypotheses:
+            policy._clause_match([text], [h])
+        t2 = time.perf_counter()
+        sentence_ms.append((t1 - t0) * 1000)
+        clause_ms.append((t2 - t0) * 1000)
+    if not said:
+        return {}
+    return {
+        "repeat_sentences_ms": round(statistics.median(sentence_ms), 2),
+        "repeat_with_clauses_ms": round(statistics.median(clause_ms), 2),
+    }
 
 
 async def _measure(messages: int, singles: int) -> dict[str, Any]:
@@ -259,6 +292,12 @@ async def run(say: Callable[[str], None], quick: bool) -> dict[str, Any]:
         say(f"   update reader: {cost['update_reader_ms']:.2f} ms p50 for one sentence against 10 memories")
     if cost["slot_reader_ms"] is not None:
         say(f"   slot reader: {cost['slot_reader_ms']:.2f} ms p50 for one sentence and 10 memories of 3 texts each")
+    if "repeat_sentences_ms" in cost:
+        say(
+            "   repeat match, one message against 10 held hypotheses: by sentences "
+            f"{cost['repeat_sentences_ms']:.2f} ms p50 (baseline), with disclosing clauses "
+            f"{cost['repeat_with_clauses_ms']:.2f} ms p50"
+        )
     mix = await windows()
     say(
         f"   {mix['windows']} user windows (train and dev conversations): model calls per 100 windows "

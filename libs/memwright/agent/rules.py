@@ -876,6 +876,7 @@ class RulesPolicy:
         # the sets it was not tuned on it has not paid for itself yet (docs/quality.md, fifteenth round)
         self.read_slots = read_slots
         self._vectors: dict[str, np.ndarray] = {}
+        self._disclosed: dict[str, np.ndarray] = {}  # text -> its disclosing pieces' vectors (`_disclosing`)
 
     @property
     def detector(self) -> Detector:
@@ -1199,27 +1200,36 @@ class RulesPolicy:
         return np.asarray(self.detector.embed(said), dtype=np.float64)  # type: ignore[attr-defined]
 
     def _clause_match(self, texts: list[str], others: list[str]) -> float:
-        """The cosine of the best-matching pair of disclosing pieces (`_disclosing_pieces`) of
-        `texts` and `others`: a fact said in passing inside sentences about something else."""
-        mine, theirs = self._disclosing_pieces(texts), self._disclosing_pieces(others)
-        if not mine or not theirs:
-            return 0.0
-        a = np.stack([self._vector(t) for t in mine])
-        b = np.stack([self._vector(t) for t in theirs])
-        return float((a @ b.T).max())
+        """The cosine of the best-matching pair of disclosing pieces (`_disclosing`) of `texts` and
+        `others`: a fact said in passing inside sentences about something else."""
+        mine, theirs = self._disclosing(texts), self._disclosing(others)
+        return float((mine @ theirs.T).max()) if len(mine) and len(theirs) else 0.0
 
-    def _disclosing_pieces(self, texts: list[str]) -> list[str]:
-        """The sentences of `texts` and their clauses (`_MATCH_CUT`) that say something of the user
-        (p(weak) + p(standing) at DISCLOSES_AT or more) and do not ask: the questions and requests of
-        two conversations on one topic ("why do cats knead" ... "why do dogs tilt their heads") are
-        no repeat of anything."""
-        pieces: list[str] = []
-        for sentence in (s for t in texts for s in sentences(t)):
-            cut = [c.strip() for c in _MATCH_CUT.split(sentence) if c.strip() and content_words(c)]
-            pieces += [sentence, *cut] if len(cut) > 1 else [sentence]
-        pieces = [p for p in dict.fromkeys(pieces) if not material.asks(p) and not _bare_request(p)]
-        kinds = self.detector.classify(pieces) if pieces else []
-        return [p for p, k in zip(pieces, kinds, strict=True) if k.p("weak") + k.p("standing") >= DISCLOSES_AT]
+    def _disclosing(self, texts: list[str]) -> np.ndarray:
+        """The vectors of the sentences of `texts` and of their clauses (`_MATCH_CUT`) that say
+        something of the user (p(weak) + p(standing) at DISCLOSES_AT or more) and do not ask: the
+        questions and requests of two conversations on one topic ("why do cats knead" ... "why do
+        dogs tilt their heads") are no repeat of anything. Cached per text, as vectors are."""
+        found = []
+        for text in texts:
+            vectors = self._disclosed.get(text)
+            if vectors is None:
+                if len(self._disclosed) > 20_000:
+                    self._disclosed.clear()
+                pieces: list[str] = []
+                for sentence in sentences(text):
+                    cut = [c.strip() for c in _MATCH_CUT.split(sentence) if c.strip() and content_words(c)]
+                    pieces += [sentence, *cut] if len(cut) > 1 else [sentence]
+                pieces = [p for p in dict.fromkeys(pieces) if not material.asks(p) and not _bare_request(p)]
+                kinds = self.detector.classify(pieces) if pieces else []
+                kept = [
+                    k.vector for k in kinds if k.vector is not None and k.p("weak") + k.p("standing") >= DISCLOSES_AT
+                ]
+                vectors = np.asarray(kept, dtype=np.float64) if kept else np.zeros((0, 1))
+                self._disclosed[text] = vectors
+            if len(vectors):
+                found.append(vectors)
+        return np.vstack(found) if found else np.zeros((0, 1))
 
     def _sentence_vectors_across(self, texts: list[str]) -> np.ndarray | None:
         """The multilingual encoder's vectors of the sentences of `texts` that say something (as
