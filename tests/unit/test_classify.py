@@ -187,6 +187,7 @@ def test_memory_text_keeps_the_users_key_words_in_one_sentence(sentence: str, ke
         ("mostly vegetarian these days, dinner idea?", True),
         ("I love tapas y vino.", True),
         ("Y odio el cilantro.", False),
+        ("Mam do biura jakieś 8 km przez Kraków, sporo krawężników i kostki brukowej.", False),  # "i" is "and"
         ("Moro em Recife.", False),
         ("Ich wohne in Köln, also bitte Tipps für Köln.", False),
         ("je suis prof de maths au collège", False),
