@@ -87,6 +87,7 @@ async def test_a_durable_fact_said_plainly_is_remembered_at_once(sentence: str, 
 
 
 ONE_OFFS = [
+    "sorry for the typos, on my phone. whats the diff between a roth ira and traditional",  # an apology
     "how do I test eye dominance? if I'm left eye dominant and left-handed too I assume a LH bow",  # a guess
     "I prefer the second option.",
     "For this email, always use a formal tone.",
