@@ -87,8 +87,6 @@ async def test_a_durable_fact_said_plainly_is_remembered_at_once(sentence: str, 
 
 
 ONE_OFFS = [
-    "sorry for the typos, on my phone. whats the diff between a roth ira and traditional",  # an apology
-    "how do I test eye dominance? if I'm left eye dominant and left-handed too I assume a LH bow",  # a guess
     "I prefer the second option.",
     "For this email, always use a formal tone.",
     "Can you make it a bit shorter?",
@@ -143,7 +141,20 @@ async def test_a_dislike_said_outright_is_remembered_at_once(sentence: str, keyw
 
 @pytest.mark.parametrize(
     "sentence",
-    ["I hate it.", "That's a no-go.", "i kinda hate my haircut rn", "see the table above", "I hate that song."],
+    [
+        "I hate it.",
+        "That's a no-go.",
+        "That is a no-go for the client.",
+        "The deal is a no-go, so I need to write a polite email to the supplier.",
+        "My manager says the budget is a hard no.",
+        "The city centre is a no-go zone at night.",
+        "i kinda hate my haircut rn",
+        "see the table above",
+        "I hate that song.",
+        "I hate myself for forgetting her birthday.",
+        "I hate to ask, but can you check this again?",
+        "Thanks for everything you did today - for this email, always use a formal tone.",
+    ],
 )
 def test_a_dislike_of_what_is_in_front_of_the_user_is_no_standing_preference(sentence: str) -> None:
     assert rules.explicit_preference(sentence) is None
@@ -187,6 +198,33 @@ async def test_a_rule_for_anything_written_for_the_user_outlives_the_request_bes
     assert [(keyword in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
 
 
+async def test_a_rule_for_the_memory_itself_stays_silenced_when_the_head_leans_meta() -> None:
+    said = "Always ask before saving anything to memory."
+
+    class LeansMeta:
+        def __init__(self) -> None:
+            self.inner = RulesPolicy().detector
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self.inner, name)
+
+        def classify(self, texts: list[str]) -> list[SentenceType]:
+            kinds = self.inner.classify(texts)
+            probs = {"standing": 0.3, "weak": 0.1, "task": 0.1, "question": 0.02, "meta": 0.42}
+            return [
+                SentenceType("meta", probs, k.vector) if t == said else k for t, k in zip(texts, kinds, strict=True)
+            ]
+
+    case = UserCase("alice", [Conversation("c1", [EvalMessage("m1", said, T0.isoformat())])])
+    memories, _ = await run_user(RulesPolicy(detector=LeansMeta()), case)
+    assert memories == []
+
+
+async def test_an_apology_that_corrects_still_corrects() -> None:
+    memories, _ = await remember(["I work as a nurse."], ["sorry for the confusion - I'm a midwife, not a nurse."])
+    assert [m.text for m in memories if "nurse" in m.text.lower() and "midwife" not in m.text.lower()] == []
+
+
 async def test_a_terse_rule_for_the_replies_keeps_the_reason_beside_it() -> None:
     memories, _ = await remember(
         ["Summaries as bullet points, five max. Paragraphs are useless to me when I'm skimming."]
@@ -213,6 +251,11 @@ async def test_what_is_in_the_kitchen_today_is_neither_remembered_nor_held(messa
         ("I have rice, eggs and some spinach.", True),
         ("I have a severe peanut allergy and eggs are fine.", False),  # a fact about the user
         ("I have two kids and a dog.", False),
+        ("I have coeliac disease so no bread or pasta.", False),  # a fact about the user
+        ("I have IBS, so onions and garlic are out.", False),
+        ("I have chicken pox.", False),
+        ("I have a frozen shoulder.", False),
+        ("We've got flour, sugar, butter and a bag of chocolate chips.", True),
         ("I have to watch my potassium, so fewer potatoes.", False),
         ("I always have oats for breakfast.", False),  # a habit
     ],

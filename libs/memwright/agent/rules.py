@@ -325,7 +325,7 @@ def _they_outside_quotations(text: str) -> str:
         (r"\bI'd\b", "they'd"),
         (r"\bI'll\b", "they'll"),
         (r"\bI was\b", "they were"),
-        (r"\bI wasn't\b", "they weren't"),
+        (r"\bI wasn['\u2019]t\b", "they weren't"),
         (r"\bI\b", "they"),
         (r"\bmyself\b", "themselves"),
         (r"\bmine\b", "theirs"),
@@ -340,7 +340,7 @@ def _they_outside_quotations(text: str) -> str:
 # Explicit preferences and standing facts: remembered at once.
 _AVERSION_VERBS = "|".join(re.escape(w) for w in WORDS["aversion_verbs"])
 _AVERSION_NOUNS = "|".join(re.escape(w) for w in WORDS["aversion_nouns"])
-_INTENSIFIER = "really|absolutely|just|honestly|genuinely|truly|totally|real|strong|serious|genuine"
+_INTENSIFIER = "really|absolutely|just|honestly|genuinely|truly|totally|real|strong|serious|genuine|absolute"
 _EXPLICIT = [
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -373,16 +373,18 @@ _EXPLICIT = [
         # a dislike said outright ("I really can't stand true crime"), not one of what is in front of
         # the user ("I hate it", "I hate that song"); "it when you" is above
         rf"^(?:(?:honestly|also|and|but|oh|tbh|personally),? )?i (?:(?:{_INTENSIFIER}) )?(?:{_AVERSION_VERBS})\b"
-        r"(?! (?:it|when|that|this)\b)",
-        # "Horror films are a hard no for me", "Facebook's a no-go" (not "that's a no-go")
-        rf"(?<!\bthat)(?<!\bit)(?<!\bthis)(?<!\bwhich) ?(?:\bis|\bare|'s|'re) (?:a )?(?:{_AVERSION_NOUNS})s?\b",
+        r"(?! (?:it|when|that|this|myself|you|u|him|her|them|to (?:ask|say|admit|bother|be|tell|complain))\b)",
+        # "Horror films are a hard no for me", "Facebook's a no-go, ...": a short subject, the noun
+        # ending the clause (not "that is a no-go", "the deal is a no-go", "a no-go zone", "for the client")
+        rf"^(?!(?:that|it|this|which|there|the|my|his|her|their|our|your)\b)(?:[\w'-]+ ){{0,3}}?[\w'-]+"
+        rf"(?:'s|'re| is| are) (?:a )?(?:{_AVERSION_NOUNS})s?(?: for me)?\s*(?:[,;.!]|$)",
         rf"\bi have (?:a |an )?(?:(?:{_INTENSIFIER}) )?aversion to\b",
     )
 ]
 _STANDING = re.compile(
     rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|every time|all (?:my |future )|"
     r"whenever|for future reference|in general|generally|in every|all the time|"
-    r"(?:for|in) (?:anything|everything) (?:you|i)|(?:anything|everything) you (?:write|draft|make|send))\b",
+    r"(?:for |in )?(?:anything|everything) you (?:write|draft|make|send|produce) for me)\b",
     re.IGNORECASE,
 )
 _SCOPED = re.compile(
@@ -391,7 +393,7 @@ _SCOPED = re.compile(
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
     r"|\btomorrow\b|\btmrw?\b|\bthis (?:week|weekend)\b|\bnext week\b|\bone-?off\b|\b(?:just )?this once\b"
-    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)|\bsorry (?:for|about)\b"
+    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
     # the same in the other languages users write in: today, tonight, this time, right now, tomorrow (not
@@ -748,7 +750,7 @@ _NEGATIONS = [
 ]
 _CORRECTION = re.compile(
     r"^(?:actually|correction|scratch that|i(?:'ve| have)? changed my mind|change of plans?|update|wait|"
-    r"sorry(?! (?:for|about)\b)|i meant|"  # not an apology: "sorry for the typos, on my phone"
+    r"sorry|i meant|"
     r"on second thought|to be clear|to clarify)\b[\s,:!-]*",
     re.IGNORECASE,
 )
@@ -1003,7 +1005,10 @@ class RulesPolicy:
                 return [], ""  # "Actually, I've changed my mind." -- the next sentence says how
 
         pref = explicit_preference(body)
-        if kind is not None and kind.label == "meta" and (pref is None or kind.p("meta") >= EXPLICIT_OVER_META):
+        silenced = pref is None or (
+            kind is not None and (kind.p("meta") >= EXPLICIT_OVER_META or bool(_MEMORY.search(body)))
+        )
+        if kind is not None and kind.label == "meta" and silenced:
             return [], None  # aimed at the memory or the rules: the guard's business, not a preference
         if _BARE_POINTER.match(body):  # "I'm a night nurse. Remember that.": what it points at, if anything
             pref = as_memory(pending) if pending else _with_what_it_points_at("", earlier or [])
@@ -1220,7 +1225,11 @@ class RulesPolicy:
                 for sentence in sentences(text):
                     cut = [c.strip() for c in _MATCH_CUT.split(sentence) if c.strip() and content_words(c)]
                     pieces += [sentence, *cut] if len(cut) > 1 else [sentence]
-                pieces = [p for p in dict.fromkeys(pieces) if not material.asks(p) and not _bare_request(p)]
+                pieces = [
+                    p
+                    for p in dict.fromkeys(pieces)
+                    if content_words(p) and not material.asks(p) and not _bare_request(p)
+                ]
                 kinds = self.detector.classify(pieces) if pieces else []
                 kept = [
                     k.vector for k in kinds if k.vector is not None and k.p("weak") + k.p("standing") >= DISCLOSES_AT
@@ -1988,18 +1997,28 @@ def _complaint_roles(said: list[str], bodies: list[str], complaint: int) -> list
     return roles
 
 
+_MEMORY = re.compile(r"\bmemor(?:y|ies)\b", re.I)  # a rule for the memory itself is the guard's business
 _HAVE_ON_HAND = re.compile(
     r"^(?:(?:but|and|also|so|ok|okay),? )?"
     r"(?:i|we)(?:'ve got| (?:only |just |still |also )?(?:have got|have|got))\b(?! to\b)",
     re.I,
 )
-_NOT_ON_HAND = re.compile(r"\b(?:allerg\w*|intoleran\w*|always|never|usually|every)\b", re.I)
+_LIST_ENDS = re.compile(r"[.;:!?]|\s(?:so|but|because|since|which|that|who|for|to|with)\s", re.I)
+ON_HAND_SHARE = 0.6  # of the content words of the list that must be things in the kitchen
 
 
 def _on_hand(body: str) -> bool:
-    """What the user has in the kitchen today ("I have rice, eggs and some spinach."): the stuff of
-    the task at hand, not a fact to remember (data/words.toml `on_hand`)."""
-    return bool(_HAVE_ON_HAND.match(body) and ON_HAND.search(body) and not _NOT_ON_HAND.search(body))
+    """What the user has in the kitchen today ("I have rice, eggs and some spinach."): a list after
+    "I have" whose words are mostly things in the kitchen (data/words.toml `on_hand`), two at least;
+    the stuff of the task at hand, not a fact to remember. Not "I have coeliac disease so no bread",
+    "I have a frozen shoulder", "I always have oats for breakfast"."""
+    opening = _HAVE_ON_HAND.match(body)
+    if opening is None or _HABIT.search(body):
+        return False
+    listed = _LIST_ENDS.split(body[opening.end() :], maxsplit=1)[0]
+    said = [w for w in words(listed) if w not in STOP]
+    kitchen = [w for w in said if ON_HAND.fullmatch(w)]
+    return len(kitchen) >= 2 and len(kitchen) >= ON_HAND_SHARE * len(said)
 
 
 def _task_bound(body: str) -> bool:
@@ -2103,8 +2122,8 @@ def roots(text: str, shortest: int = 4) -> set[str]:
 
 # where a sentence is cut into pieces for a match by meaning: punctuation, dashes, conjunctions
 _MATCH_CUT = re.compile(
-    r"[,;:?!.()]+\s*|\s+[\u2014\u2013-]{1,2}\s+"
-    r"|\s+(?:so|and|but|because|since|cause|cuz|which|while|though|although|as)\s+",
+    r"[,;:?!()]+\s*|\.(?!\d)\s*|\s+[\u2014\u2013-]{1,2}\s+"
+    r"|\s+(?:so|and|but|because|since|cause|cuz|which|while|though|although)\s+",
     re.I,
 )
 
