@@ -41,6 +41,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # fifteenth round: measured once untuned (with the round's first slot reader), then tuned on.
 # "holdout3": 80 users of the five categories by two new helpers that saw nothing of the project,
 # committed at the end of the fifteenth round with the policy unchanged, measured once there; never tuned on.
+# "holdout4": 80 more users of the five categories by two new helpers that saw nothing of the project,
+# committed at the end of the sixteenth round with the policy unchanged: the next round's untuned set.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -56,6 +58,7 @@ SPLITS = {
     "holdout": "holdout_probe.jsonl",
     "holdout2": "holdout2_probe.jsonl",
     "holdout3": "holdout3_probe.jsonl",
+    "holdout4": "holdout4_probe.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
