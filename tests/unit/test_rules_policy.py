@@ -160,27 +160,35 @@ def test_a_dislike_of_what_is_in_front_of_the_user_is_no_standing_preference(sen
     assert rules.explicit_preference(sentence) is None
 
 
+class LeansMeta:
+    """The real detector, except that it reads `said` as `meta` at `p_meta` (its likeliest label)."""
+
+    def __init__(self, said: str, p_meta: float) -> None:
+        self.inner, self.said = RulesPolicy().detector, said
+        self.probs = {"standing": 0.3, "weak": 0.15, "task": 0.1, "question": 0.02, "meta": p_meta}
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+    def classify(self, texts: list[str]) -> list[SentenceType]:
+        kinds = self.inner.classify(texts)
+        return [
+            SentenceType("meta", self.probs, k.vector) if t == self.said else k
+            for t, k in zip(texts, kinds, strict=True)
+        ]
+
+
+async def _one_message(said: str, detector: Any) -> list[Memory]:
+    case = UserCase("alice", [Conversation("c1", [EvalMessage("m1", said, T0.isoformat())])])
+    memories, _ = await run_user(RulesPolicy(detector=detector), case)
+    return memories
+
+
 async def test_an_explicit_preference_is_not_silenced_by_a_weak_meta_reading() -> None:
-    """The head's likeliest label is `meta` at 0.38 here; a sentence it is not sure speaks to the
+    """The head's likeliest label was `meta` at 0.38 here; a sentence it is not sure speaks to the
     memory (EXPLICIT_OVER_META) keeps what the patterns read in it."""
     said = "Facebook's a no-go, I deleted my account on principle."
-
-    class LeansMeta:
-        def __init__(self) -> None:
-            self.inner = RulesPolicy().detector
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
-        def classify(self, texts: list[str]) -> list[SentenceType]:
-            kinds = self.inner.classify(texts)
-            probs = {"standing": 0.3, "weak": 0.2, "task": 0.1, "question": 0.02, "meta": 0.38}
-            return [
-                SentenceType("meta", probs, k.vector) if t == said else k for t, k in zip(texts, kinds, strict=True)
-            ]
-
-    case = UserCase("alice", [Conversation("c1", [EvalMessage("m1", said, T0.isoformat())])])
-    memories, _ = await run_user(RulesPolicy(detector=LeansMeta()), case)
+    memories = await _one_message(said, LeansMeta(said, 0.38))
     assert [("facebook" in m.text.lower(), m.evidence) for m in memories] == [(True, ["m1"])]
 
 
@@ -200,24 +208,7 @@ async def test_a_rule_for_anything_written_for_the_user_outlives_the_request_bes
 
 async def test_a_rule_for_the_memory_itself_stays_silenced_when_the_head_leans_meta() -> None:
     said = "Always ask before saving anything to memory."
-
-    class LeansMeta:
-        def __init__(self) -> None:
-            self.inner = RulesPolicy().detector
-
-        def __getattr__(self, name: str) -> Any:
-            return getattr(self.inner, name)
-
-        def classify(self, texts: list[str]) -> list[SentenceType]:
-            kinds = self.inner.classify(texts)
-            probs = {"standing": 0.3, "weak": 0.1, "task": 0.1, "question": 0.02, "meta": 0.42}
-            return [
-                SentenceType("meta", probs, k.vector) if t == said else k for t, k in zip(texts, kinds, strict=True)
-            ]
-
-    case = UserCase("alice", [Conversation("c1", [EvalMessage("m1", said, T0.isoformat())])])
-    memories, _ = await run_user(RulesPolicy(detector=LeansMeta()), case)
-    assert memories == []
+    assert await _one_message(said, LeansMeta(said, 0.42)) == []
 
 
 async def test_an_apology_that_corrects_still_corrects() -> None:
