@@ -13,13 +13,12 @@ message replace; two items of one user sit beside each other), and writes data/r
 
 from __future__ import annotations
 
-import threading
-import zipfile
 from pathlib import Path
 
 import numpy as np
 
 from memwright.agent.lexicon import says_changed
+from memwright.agent.loading import load_once
 
 REPLACE_FILE = Path(__file__).parent / "data" / "replace_head.npz"
 FEATURES = "product,difference,cosine,changed"
@@ -63,16 +62,9 @@ class ReplaceHead:
         return self.probs(pair_features(memory, rows, [says_changed(said_text)] * len(memory)))
 
 
-_shared: dict[str, ReplaceHead | None] = {}
-_lock = threading.Lock()
+_shared_head = load_once(ReplaceHead.load)
 
 
 def shared_head() -> ReplaceHead | None:
     """The process's reader, loaded once; None when its weights are missing (then closeness alone decides)."""
-    with _lock:
-        if "h" not in _shared:
-            try:
-                _shared["h"] = ReplaceHead.load()
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # missing, stale, torn
-                _shared["h"] = None
-        return _shared["h"]
+    return _shared_head()

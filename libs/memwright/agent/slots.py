@@ -20,11 +20,11 @@ on the sets it was not tuned on it has not yet paid for itself (docs/quality.md,
 
 from __future__ import annotations
 
-import threading
-import zipfile
 from pathlib import Path
 
 import numpy as np
+
+from memwright.agent.loading import load_once
 
 SLOT_FILE = Path(__file__).parent / "data" / "slot_head.npz"
 DIMENSIONS = 384  # the local model's (all-MiniLM-L6-v2)
@@ -61,16 +61,9 @@ class SlotHead:
         return self.labels[best] if self.labels[best] != NONE and p[best] >= at else None
 
 
-_shared: dict[str, SlotHead | None] = {}
-_lock = threading.Lock()
+_shared_head = load_once(SlotHead.load)
 
 
 def shared_head() -> SlotHead | None:
     """The process's reader, loaded once; None when its weights are missing (then no slot is read)."""
-    with _lock:
-        if "h" not in _shared:
-            try:
-                _shared["h"] = SlotHead.load()
-            except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile):  # missing, stale, torn
-                _shared["h"] = None
-        return _shared["h"]
+    return _shared_head()
