@@ -2101,3 +2101,58 @@ async def test_a_new_value_that_turns_down_the_old_one_by_name_replaces_it() -> 
     )
     [m] = memories
     assert "paragraphs" in m.text and "bullet" not in m.text and m.evidence == ["m1", "m2"]
+
+
+# ---- seventeenth round: what is said for now, and a statement before its question --------------
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "sorry for the typos, on my phone. what's a good name for a cat",  # the device in hand, today
+        "I'm on my phone, keep answers short",
+        "Anything you write for me today should be in Spanish",  # "today" scopes it
+        "Be brief with me now.",
+    ],
+)
+async def test_what_is_said_for_now_is_held_not_remembered(said: str) -> None:
+    memories, working = await remember([said])
+    assert memories == [], [m.text for m in memories]
+    assert working.hypotheses
+
+
+@pytest.mark.parametrize(
+    ("said", "memory"),
+    [
+        # a statement with its question after it in one sentence: the statement, without the question
+        (
+            "Ordering Thai tonight, menu's huge. I'm allergic to shellfish so what's usually safe? "
+            "Like I know to skip the prawn stuff but what else hides it",
+            "User is allergic to shellfish.",
+        ),
+        ("I hate mushrooms, what's a good risotto", "User hates mushrooms."),
+        ("I cant stand cilantro, can you give me a salsa recipe", "User can't stand cilantro."),
+        # an apology before the fact is not part of it
+        ("sorry for the confusion - I'm a midwife, not a nurse", "User is a midwife, not a nurse."),
+    ],
+)
+async def test_the_fact_is_remembered_without_what_surrounds_it(said: str, memory: str) -> None:
+    memories, _ = await remember([said])
+    assert [m.text for m in memories] == [memory]
+
+
+async def test_not_just_for_this_task_widens_the_rule() -> None:
+    said = "granola bar recipe please? oh and I'm allergic to tree nuts, so no almonds, ever - not just for this recipe"
+    memories, _ = await remember([said])
+    assert len(memories) == 1 and "tree nuts" in memories[0].text
+
+
+async def test_musing_in_one_clause_leaves_the_fact_in_another() -> None:
+    said = (
+        "for context I'm on permanent nights in the ICU - been doing it for three years - and I never know "
+        "when I'm supposed to eat breakfast. what's a sensible meal schedule?"
+    )
+    memories, _ = await remember([said])
+    assert len(memories) == 1 and memories[0].text.startswith("User is on permanent nights in the ICU")
+    assert not rules._unsure("I'm a nurse - I never know when to eat")
+    assert rules._unsure("not sure I like sushi, no idea really")

@@ -124,12 +124,16 @@ _FOR_THE_MEMORY = (
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
 _OPENER = (
-    r"(?:(?:just so you know|so you know|for the record|for future reference|fyi|heads up|oh|ok|okay|so|"
+    r"(?:(?:just so you know|so you know|for the record|for future reference|for context|some context|fyi|heads up|"
+    r"oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
-    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)"
+    r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)|"
+    # an apology up to its end: "sorry for the typos, ...", "apologies for the confusion - I'm a midwife"
+    r"(?:(?:sorry|apologies)\s+(?:for|about)\s+[^,.;:!?\u2014\u2013]{1,40}?(?:\s*[,.;:!]|\s+-{1,2}|\s*[\u2014\u2013])"
+    r"[\s:,!.-]*)"
 )
 _FOR_THE_MEMORY_AT = re.compile(_FOR_THE_MEMORY, re.I)
 _OPENER_AT = re.compile(_OPENER, re.I)
@@ -237,7 +241,17 @@ _ADVERBS = frozenset(
     "really usually always never mostly often also just definitely strongly generally typically actually "
     "still only now mainly normally truly absolutely much no honestly personally".split()
 )
-_IRREGULAR = {"have": "has", "do": "does", "go": "goes", "am": "is", "don't": "doesn't", "'m": "is"}
+_IRREGULAR = {
+    "have": "has",
+    "do": "does",
+    "go": "goes",
+    "am": "is",
+    "don't": "doesn't",
+    "dont": "doesn't",
+    "cant": "can't",
+    "wont": "won't",
+    "'m": "is",
+}
 _UNCHANGED = frozenset(  # modals and past tenses keep their form after "User"
     "can't won't can will would should could must might was meant said told had did went got made thought "
     "knew left began became wrote read took gave found felt kept ran quit grew saw came bought brought caught "
@@ -262,6 +276,12 @@ def third_person(verb: str) -> str:
     return verb + "s"
 
 
+# the task asked for after the fact, as its own clause
+_TRAILING_ASK = re.compile(
+    r",\s+(?:(?:so\s+)?(?:can|could|would|will) (?:you|u)|what(?:'s| is| are| should| can| do| would)?|"
+    r"how (?:do|can|should|would|about)|which|any (?:ideas|tips|suggestions|recs?|recommendations))\b[^.!;]*$",
+    re.IGNORECASE,
+)
 _REQUEST_PREFIX = re.compile(
     r"^(?:please\s+)?(?:(?:remember|keep in mind|note|don't forget|do not forget|for the record|"
     r"just so you know|for future reference|fyi|be aware|know)(?:\s+(?:that|this|the following))?[\s:,]+)",
@@ -279,6 +299,9 @@ def as_memory(clause: str) -> str:
     s = re.sub(
         r"(?:,\s*)?\b(?:please|by the way|btw|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$", "", s, flags=re.I
     ).rstrip(" ,")
+    tail = _TRAILING_ASK.search(s)
+    if tail and len(words(s[: tail.start()])) >= 3:
+        s = s[: tail.start()]  # "I hate mushrooms, what's a good risotto" -> "User hates mushrooms."
     s = re.sub(r"^my\b", "User's", s, flags=re.I)
     # "Im"/"Ive" as typed without the apostrophe are "I'm"/"I've" ("Im on ubuntu" -> "User is on ubuntu")
     head = re.match(r"^(i'm|im|i am|i've|ive|i have|i'd|i would|i)\b\s*", s, re.I)
@@ -384,7 +407,8 @@ _EXPLICIT = [
 _STANDING = re.compile(
     rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|every time|all (?:my |future )|"
     r"whenever|for future reference|in general|generally|in every|all the time|"
-    r"(?:for |in )?(?:anything|everything) you (?:write|draft|make|send|produce) for me)\b",
+    r"(?:for |in )?(?:anything|everything) you (?:write|draft|make|send|produce) for me"
+    r"(?!\s+(?:today|tonight|tomorrow|now|right now|for now|this|here)\b))\b",
     re.IGNORECASE,
 )
 _SCOPED = re.compile(
@@ -396,6 +420,8 @@ _SCOPED = re.compile(
     r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
+    # the device in hand: "I'm on my phone", "sorry for the typos, on my phone" (not "I read these on my phone")
+    r"|(?:^|[,;:]\s*|\bI'?m\s+|\bi am\s+|\btyping\s+(?:this\s+)?)(?:on|from)\s+(?:my\s+)?(?:phone|mobile|cell)\b"
     # the same in the other languages users write in: today, tonight, this time, right now, tomorrow (not
     # "hoy en día", "bis heute": nowadays, to this day)
     r"|\b(?:hoy(?! en d[ií]a)|esta noche|esta vez|ahora mismo|aujourd'hui|ce soir|cette fois|"
@@ -414,10 +440,11 @@ _THE_ONE_WHO = re.compile(
 )
 
 
-# "in everything, not just this one": the task at hand named only to say the rule goes beyond it
+# "in everything, not just this one", "none of that, ever - not just for this recipe": the task at hand
+# named only to say the rule goes beyond it
 _NOT_JUST = re.compile(
     r"\b(?:everything|every \w+|all \w+|always|anything|in general|everywhere)\b[^.;]{0,20}?\bnot (?:just|only) "
-    r"(?:for |in )?(?:this|that|the|these|those)\b",
+    r"(?:for |in )?(?:this|that|the|these|those)\b|\bnot (?:just|only) (?:for |in |with )?(?:this|these|today|now)\b",
     re.I,
 )
 
@@ -437,6 +464,14 @@ def standing_words(sentence: str) -> bool:
 _PLEASE = re.compile(r"\b(?:pls|plz|pleas|pleeease|pleease)\b", re.I)
 
 
+# where a question follows a statement in one sentence
+_ASKS_AFTER = re.compile(
+    r"(?:,?\s+(?:so|and|but)\s+|,\s*|\s+[-\u2013\u2014]+\s+)(?=(?:what|what's|how|which|where|when|why|can|could|"
+    r"would|will|do|does|is|are|any|should)\b)",
+    re.I,
+)
+
+
 def explicit_preference(sentence: str) -> str | None:
     """The memory text of an explicit, standing preference or fact in `sentence`, else None."""
     s = _PLEASE.sub("please", strip_lead_in(sentence))
@@ -447,7 +482,8 @@ def explicit_preference(sentence: str) -> str | None:
     if s.rstrip().endswith("?") and not re.match(
         r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b", s, re.I
     ):
-        return None  # a question is not a preference
+        ask = _ASKS_AFTER.search(s)  # "I'm allergic to shellfish so what's usually safe?": the statement
+        return explicit_preference(s[: ask.start()]) if ask and len(words(s[: ask.start()])) >= 3 else None
     if re.search(r"\b(?:if|whether|maybe|perhaps|might|wonder)\b.*\b(?:prefer|rather)\b", s, re.I):
         return None  # "I wonder if I'd prefer ..." is musing, not a preference
     if scoped(s):
@@ -750,7 +786,7 @@ _NEGATIONS = [
 ]
 _CORRECTION = re.compile(
     r"^(?:actually|correction|scratch that|i(?:'ve| have)? changed my mind|change of plans?|update|wait|"
-    r"sorry|i meant|"
+    r"sorry(?!\s+(?:for|about|to|if|that|but)\b)|i meant|"
     r"on second thought|to be clear|to clarify)\b[\s,:!-]*",
     re.IGNORECASE,
 )
@@ -1101,9 +1137,7 @@ class RulesPolicy:
         ):
             return _complaint_roles(said, bodies, complaint)
         # not "cool."; content_words reads Latin letters only ("我对花生过敏" has none)
-        sure = [
-            i for i, b in enumerate(bodies) if (content_words(b) or not phrasing.is_english(b)) and not UNSURE.search(b)
-        ]
+        sure = [i for i, b in enumerate(bodies) if (content_words(b) or not phrasing.is_english(b)) and not _unsure(b)]
         if not sure:
             return roles
         fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
@@ -1121,6 +1155,7 @@ class RulesPolicy:
             and not _holds_a_question(bodies[i])
             and not _someone_elses(bodies[i])
             and not _VERDICT.match(bodies[i])
+            and not _with_me_now(bodies[i])
             and _addressed(bodies[i])
         ]
 
@@ -2046,6 +2081,11 @@ _JUST_NOW = re.compile(r"(?<!\bfrom )\bnow\b(?! on\b)", re.I)  # "Be brief with 
 _CLAUSE_AFTER = re.compile(r"[,;:\u2013\u2014]\s*(?!(?:please|always|thanks|from now on|going forward)\b)\w", re.I)
 
 
+def _with_me_now(body: str) -> bool:
+    """A way of talking asked for now ("Be brief with me now."), not "from now on"."""
+    return bool((INSTRUCTION.match(body) or _BE_OR_TALK.match(body)) and _TO_ME.search(body) and _JUST_NOW.search(body))
+
+
 def _manner_rule(body: str) -> bool:
     """An instruction that names a way of writing (MANNER_CATEGORIES) and says it is for the user
     ("Use a formal tone with me.", "Be casual with me."); not a bare one, which is as often a
@@ -2296,6 +2336,13 @@ def _conversations(tools: MemoryTools, message_ids: list[str]) -> set[str]:
 
 
 _ADDS = re.compile(r"\b(?:as well|also|in addition)\b", re.I)  # "times in UTC as well": beside, not instead
+
+
+def _unsure(body: str) -> bool:
+    """Musing or doubt in every clause that says something: not "I'm on permanent nights in the ICU -
+    and I never know when to eat breakfast", whose first clause is said for sure."""
+    clauses = [c for c in _CLAUSE.split(body) if c and content_words(c)]
+    return bool(UNSURE.search(body)) and all(UNSURE.search(c) for c in clauses or [body])
 
 
 def _may_change(sentence: str) -> bool:
