@@ -2156,3 +2156,35 @@ async def test_musing_in_one_clause_leaves_the_fact_in_another() -> None:
     assert len(memories) == 1 and memories[0].text.startswith("User is on permanent nights in the ICU")
     assert not rules._unsure("I'm a nurse - I never know when to eat")
     assert rules._unsure("not sure I like sushi, no idea really")
+
+
+@pytest.mark.parametrize(
+    ("said", "standing"),
+    [
+        (
+            "budget is like 30 bucks this time bc i spent all my money on concert tix",
+            False,
+        ),  # spent, not "all my notes"
+        ("I keep all my notes in Notion", True),
+        ("Every time I make a tomato sauce it goes bitter.", False),  # a problem that recurs
+        ("Every time you say 'great question' I cringe.", True),
+        ("don't put anything before 10am in any plan you give me, that goes for every trip.", True),
+        ("any recipe you suggest should be gluten free", True),
+        ("Anything you write for me today should be in Spanish", False),
+    ],
+)
+def test_standing_words_read_the_rule_not_its_look_alikes(said: str, standing: bool) -> None:
+    assert rules.standing_words(said) is standing
+
+
+def test_a_verdict_on_something_in_the_answer_is_no_fact() -> None:
+    assert rules._VERDICT.match("The magnet fishing is perfect, we have a bunch of magnets.")
+    assert rules._VERDICT.match("the second version sounds great")
+    assert not rules._VERDICT.match("The kids are vegetarian.")
+    assert rules.strip_lead_in("perfect for my 4 shifts.") == "for my 4 shifts."
+
+
+def test_what_has_not_happened_yet_is_no_habit() -> None:
+    # "I'm vegetarian this week": "I've never cooked without meat" says no habit that outlasts the week
+    assert rules._task_bound("I'm vegetarian this week for a challenge, which, I've never cooked without meat lol")
+    assert not rules._task_bound("I never eat meat, not this week or any other")

@@ -128,6 +128,7 @@ _OPENER = (
     r"oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
+    r"perfect|awesome|lovely|brilliant|amazing|excellent|nice one|nice|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
     r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)|"
@@ -405,10 +406,15 @@ _EXPLICIT = [
     )
 ]
 _STANDING = re.compile(
-    rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|every time|all (?:my |future )|"
+    # "all my notes", not what was spent or lost ("spent all my money on concert tix"); "every time you",
+    # "concise beats thorough every time", not a problem that recurs ("every time I make a sauce it burns")
+    rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|every ?time(?! (?:i|we|my|our)\b)|"
+    r"(?<!\bspent )(?<!\bspend )(?<!\blost )(?<!\boff )(?<!\bused )(?<!\bate )all (?:my |future )|"
     r"whenever|for future reference|in general|generally|in every|all the time|"
-    r"(?:for |in )?(?:anything|everything) you (?:write|draft|make|send|produce) for me"
-    r"(?!\s+(?:today|tonight|tomorrow|now|right now|for now|this|here)\b))\b",
+    r"(?:goes|applies) (?:for|to) (?:every|all|any)\b|"  # "..., that goes for every trip"
+    # "anything you write for me", "in any plan you give me" (not "anything you write for me today")
+    r"(?:for |in )?(?:anything|everything|any \w+|every \w+) you (?:write|draft|make|send|produce|give|suggest|"
+    r"recommend|plan)(?!(?: for me| me)?\s+(?:today|tonight|tomorrow|now|right now|for now|this|here)\b))\b",
     re.IGNORECASE,
 )
 _SCOPED = re.compile(
@@ -2006,7 +2012,8 @@ class RulesPolicy:
 _ASIDE = re.compile(
     r"^(?:also|and also|oh and|by the way|btw|for the record|just so you know|fyi|ps|p\.s\.)\b", re.IGNORECASE
 )
-_HABIT = re.compile(r"\b(?:always|never|every|usually|generally|whenever)\b", re.I)
+# "never" as a habit, not as what has not happened yet ("I've never cooked without meat")
+_HABIT = re.compile(r"\b(?:always|every|usually|generally|whenever)\b|(?<!'ve )(?<! have )\bnever\b", re.I)
 
 
 def _complaint_roles(said: list[str], bodies: list[str], complaint: int) -> list[str | None]:
@@ -2489,7 +2496,9 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 
 # "this is really helpful, thank you": a verdict on the reply just given, no rule for the next ones
 _VERDICT = re.compile(
-    r"^(?:this|that|it|these|those)(?:'s|'re| is| was| are| were)\s+(?:\w+\s+){0,2}?(?:helpful|useful|great|"
+    # "That was helpful", "the magnet fishing is perfect": a verdict on the answer or something in it
+    r"^(?:this|that|it|these|those|the(?: [\w-]+){1,2}?)(?:'s|'re| is| was| are| were| sounds?| looks?)\s+"
+    r"(?:\w+\s+){0,2}?(?:helpful|useful|great|"
     r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
     r"(?!\s+(?:to|if|when|for me|with me)\b)",  # not a permission: "It's fine to swear with me"
     re.I,
