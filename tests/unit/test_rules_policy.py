@@ -2188,3 +2188,18 @@ def test_what_has_not_happened_yet_is_no_habit() -> None:
     # "I'm vegetarian this week": "I've never cooked without meat" says no habit that outlasts the week
     assert rules._task_bound("I'm vegetarian this week for a challenge, which, I've never cooked without meat lol")
     assert not rules._task_bound("I never eat meat, not this week or any other")
+
+
+@pytest.mark.parametrize(
+    ("said", "bound"),
+    [
+        ("daughter got me one of these tablets.", True),  # the thing in front of the user
+        ("'grow' is better than maximize anyway.", True),  # a word of the text at hand
+        ("Planning 5 days in Kerala in March with my parents.", True),  # a plan
+        ("tried yoga once, wasnt really for me, so just simple stuff pls", True),  # tried once
+        ("I go swimming once a week", False),
+        ("I'm planning to move to Spain", False),  # hedged, not tied to a task
+    ],
+)
+def test_the_task_at_hand_is_named_in_more_ways(said: str, bound: bool) -> None:
+    assert rules.scoped(said) is bound

@@ -426,6 +426,11 @@ _SCOPED = re.compile(
     r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
+    # one of the things in front of the user ("one of these tablets"), a word of the text at hand ("'grow' is
+    # better than maximize"), a plan ("planning 5 days in Kerala"), something tried once ("tried yoga once")
+    r"|\bone of (?:these|those)\b|^['\"\u2018\u201c][^'\"\u2019\u201d]{1,30}['\"\u2019\u201d]"
+    r"|^(?:(?:i'?m|i am|we'?re|we are) )?planning (?:a |an |our |my |\d)"
+    r"|\b(?:tried|did|went|had|made|read|saw|watched|used)\b[^.;]{0,30}\bonce\b(?! (?:a|an|every|per|or)\b)"
     # the device in hand: "I'm on my phone", "sorry for the typos, on my phone" (not "I read these on my phone")
     r"|(?:^|[,;:]\s*|\bI'?m\s+|\bi am\s+|\btyping\s+(?:this\s+)?)(?:on|from)\s+(?:my\s+)?(?:phone|mobile|cell)\b"
     # the same in the other languages users write in: today, tonight, this time, right now, tomorrow (not
