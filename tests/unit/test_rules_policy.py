@@ -2203,3 +2203,9 @@ def test_what_has_not_happened_yet_is_no_habit() -> None:
 )
 def test_the_task_at_hand_is_named_in_more_ways(said: str, bound: bool) -> None:
     assert rules.scoped(said) is bound
+
+
+def test_a_dash_before_the_closing_question_ends_a_sentence() -> None:
+    said = "cant really read long stuff rn, just on mobile on the train — is 0.2% high?"
+    assert rules.sentences(said) == ["cant really read long stuff rn, just on mobile on the train", "is 0.2% high?"]
+    assert len(rules.sentences("I moved to Lisbon - loving it so far")) == 1  # no question after the dash

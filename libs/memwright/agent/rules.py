@@ -146,6 +146,9 @@ _LEAD_IN = re.compile(rf"^(?:(?:{_FOR_THE_MEMORY})|{_OPENER})+", re.IGNORECASE)
 _SPLIT = re.compile(
     r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|(?<=[\u3002\uff01\uff1f\u0964])\s*|\n+"
+    # a dash before the message's closing question: "just on mobile on the train - is 0.2% high?"
+    r"|\s+[\u2014\u2013-]{1,2}\s+(?=(?:is|are|was|what|what's|how|can|could|should|do|does|did|any|which|where|when|"
+    r"why|will|would)\b(?:[^.!?\n]|\.(?=\d))*\?+\s*$)"
 )
 # Clauses, for weak signals: a statement and a question in one sentence are two clauses.
 _CLAUSE = re.compile(
