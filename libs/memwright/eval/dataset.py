@@ -43,7 +43,7 @@ DEFAULT_DATASET = "memories.jsonl"
 # committed at the end of the fifteenth round with the policy unchanged, measured once there; never tuned on.
 # "holdout4": 80 more users of the five categories by two new helpers that saw nothing of the project,
 # committed at the end of the sixteenth round with the policy unchanged: the next round's untuned set.
-# "precision": 80 users (single_weak and one_off hints that sound lasting, and some explicit ones) by two
+# "precision": 128 users (single_weak and one_off hints that sound lasting, and some explicit ones) by three
 # helpers that saw only a spec of the format, for the seventeenth round; tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
