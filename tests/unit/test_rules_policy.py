@@ -2209,3 +2209,24 @@ def test_a_dash_before_the_closing_question_ends_a_sentence() -> None:
     said = "cant really read long stuff rn, just on mobile on the train — is 0.2% high?"
     assert rules.sentences(said) == ["cant really read long stuff rn, just on mobile on the train", "is 0.2% high?"]
     assert len(rules.sentences("I moved to Lisbon - loving it so far")) == 1  # no question after the dash
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Covering the night route for a mate tonight. Never done nights before. What should I eat at 3am?",
+        "my friend says imran khan, who has the most test wickets for pakistan",  # someone else's words
+        "Suggest a fun name for our housing society's Holi WhatsApp group.",  # "our" names what the request is for
+        "yes spanish. 10 days",  # a one-word answer to the assistant's question
+        "That helps a lot.",
+    ],
+)
+async def test_these_say_nothing_lasting_of_the_user(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == [], [m.text for m in memories]
+
+
+def test_never_as_a_rule_not_as_what_has_not_happened() -> None:
+    assert rules.explicit_preference("Never done nights before.") is None
+    assert rules.explicit_preference("Never use emojis with me.")
+    assert rules._VERDICT.match("That helps a lot.") and rules._VERDICT.match("it worked")

@@ -373,7 +373,10 @@ _EXPLICIT = [
     for p in (
         r"\b(?:from now on|going forward|moving forward|in (?:the )?future|for (?:the )?future|"
         r"for future reference|from here on(?: out)?|henceforth|every time you|whenever you)\b",
-        r"^(?:please |kindly |can you (?:please )?|could you (?:please )?|will you )?(?:always|never)\b",
+        # not what has never happened ("Never done nights before.")
+        r"^(?:please |kindly |can you (?:please )?|could you (?:please )?|will you )?(?:always|never)\b"
+        r"(?! (?:done|been|had|tried|seen|used|heard|made|worked|cooked|driven|eaten|flown|met|played|owned|lived|"
+        r"needed|thought|felt|got|gotten|really|once)\b)",
         r"[,;:\u2014\u2013-]\s*(?:so |and )?(?:please )?(?:always|never) \w+",
         r"^please,? (?:use|stick to|address me|respond in|reply in|answer in|write in|talk to me in|"
         r"speak|format|spell)\b",
@@ -400,7 +403,8 @@ _EXPLICIT = [
         # a dislike said outright ("I really can't stand true crime"), not one of what is in front of
         # the user ("I hate it", "I hate that song"); "it when you" is above
         rf"^(?:(?:honestly|also|and|but|oh|tbh|personally),? )?i (?:(?:{_INTENSIFIER}) )?(?:{_AVERSION_VERBS})\b"
-        r"(?! (?:it|when|that|this|myself|you|u|him|her|them|to (?:ask|say|admit|bother|be|tell|complain))\b)",
+        r"(?! (?:it|when|that|this|these|those|myself|you|u|him|her|them|to (?:ask|say|admit|bother|be|tell|"
+        r"complain))\b)",
         # "Horror films are a hard no for me", "Facebook's a no-go, ...": a short subject, the noun
         # ending the clause (not "that is a no-go", "the deal is a no-go", "a no-go zone", "for the client")
         rf"^(?!(?:that|it|this|which|there|the|my|his|her|their|our|your)\b)(?:[\w'-]+ ){{0,3}}?[\w'-]+"
@@ -1170,6 +1174,8 @@ class RulesPolicy:
             and not _someone_elses(bodies[i])
             and not _VERDICT.match(bodies[i])
             and not _with_me_now(bodies[i])
+            # "yes spanish.": a one-word answer to the assistant's question
+            and (len(words(bodies[i])) > 1 or not phrasing.is_english(bodies[i]))
             and _addressed(bodies[i])
         ]
 
@@ -2132,9 +2138,14 @@ def _about_the_request(said: list[str], i: int) -> bool:
         material.asks_for_something(s) or REQUEST_FRAME.match(strip_lead_in(s)) for s in [*said[: i + 1], *ahead]
     ):
         return False
-    return not (_speaks_of_self(body) or body.endswith("?") or standing_words(body))
+    # "Suggest a name for our WhatsApp group": "our" names what the request is for, the user says nothing
+    # of themselves unless a clause of its own does ("Write our vows, my fiancee is from Madrid")
+    one_clause = len(clauses(body)) == 1 and "," not in body
+    of_self = _SUBJECT_SELF.search(_OBJECT_SELF.sub(" ", body)) if one_clause else _speaks_of_self(body)
+    return not (of_self or body.endswith("?") or standing_words(body))
 
 
+_SUBJECT_SELF = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|we|we're|we've|we'd|myself)\b", re.I)
 _USER_SAID = re.compile(r'User said: "(.*?)"\.?')  # phrasing.memory_text's quotation of another language
 
 
@@ -2456,10 +2467,14 @@ _ASKS_ANYWAY = re.compile(
 _HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
 
 
+# what someone else says: "my friend says imran khan", "my mum reckons it's the thermostat"
+_THEY_SAY = re.compile(r"^(?:my|our) [\w-]+(?: [\w-]+)? (?:says|said|thinks|reckons|insists|claims|swears)\b", re.I)
+
+
 def _someone_elses(body: str) -> bool:
     """Whether `body` opens with he or she and the user is not in it ("She can't stand horror." of a
-    friend the message named): never a standing preference of the user."""
-    return _HE_OR_SHE.match(body) is not None and _about_someone_else(body)
+    friend the message named), or says what someone else says: never a standing preference of the user."""
+    return (_HE_OR_SHE.match(body) is not None and _about_someone_else(body)) or _THEY_SAY.match(body) is not None
 
 
 def _says_stopped(text: str) -> bool:
@@ -2508,7 +2523,8 @@ _VERDICT = re.compile(
     r"^(?:this|that|it|these|those|the(?: [\w-]+){1,2}?)(?:'s|'re| is| was| are| were| sounds?| looks?)\s+"
     r"(?:\w+\s+){0,2}?(?:helpful|useful|great|"
     r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
-    r"(?!\s+(?:to|if|when|for me|with me)\b)",  # not a permission: "It's fine to swear with me"
+    r"(?!\s+(?:to|if|when|for me|with me)\b)"  # not a permission: "It's fine to swear with me"
+    r"|^(?:this|that|it)(?: really| totally| actually)? (?:helps|helped|works|worked|did it|does it|did the trick)\b",
     re.I,
 )
 # "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
