@@ -2230,3 +2230,35 @@ def test_never_as_a_rule_not_as_what_has_not_happened() -> None:
     assert rules.explicit_preference("Never done nights before.") is None
     assert rules.explicit_preference("Never use emojis with me.")
     assert rules._VERDICT.match("That helps a lot.") and rules._VERDICT.match("it worked")
+
+
+# the round's review: lasting facts and rules said with words the new rules read, still remembered at once
+@pytest.mark.parametrize(
+    ("said", "word"),
+    [
+        ("Sorry for being difficult but I don't eat pork.", "pork"),
+        ("Sorry but I'm vegan.", "vegan"),
+        ("Sorry to be a pain, I'm allergic to sesame", "sesame"),
+        ("Nice is my home town, so suggest things near the Côte d'Azur.", "Nice"),
+        ("Always been a night owl, so don't suggest morning routines.", "night owl"),
+        ("I had anaphylaxis once from peanuts, so never suggest anything with nuts.", "peanuts"),
+        ("I'm from Mobile, Alabama.", "Mobile"),
+        ("The 5am start is fine, I'm an early riser anyway.", "early riser"),
+        ("Please be brief with me - I know this stuff well by now.", "brief"),
+        ("My doctor said I have to avoid gluten completely.", "gluten"),
+        ("Every time I ask for a summary, keep it under 100 words.", "100 words"),
+        ("I'm one of those people who can't stand cilantro.", "cilantro"),
+        ("I'm planning my meals around my type 2 diabetes.", "diabetes"),
+        ("I'm allergic to tree nuts, which includes almonds and cashews.", "almonds"),
+    ],
+)
+async def test_a_lasting_fact_said_with_words_of_the_moment_is_still_remembered(said: str, word: str) -> None:
+    memories, _ = await remember([said])
+    assert any(word in m.text for m in memories), [m.text for m in memories]
+
+
+async def test_a_one_word_reply_to_a_question_of_the_assistant_is_an_answer_only_after_yes_or_no() -> None:
+    memories, _ = await remember(["yes spanish. 10 days"])
+    assert memories == []
+    memories, _ = await remember(["Vegetarian."])  # a one-word fact, said without "yes" or "no" before it
+    assert [m.text for m in memories] == ["Vegetarian."]

@@ -128,12 +128,17 @@ _OPENER = (
     r"oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
-    r"perfect|awesome|lovely|brilliant|amazing|excellent|nice one|nice|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
     r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)|"
-    # an apology up to its end: "sorry for the typos, ...", "apologies for the confusion - I'm a midwife"
-    r"(?:(?:sorry|apologies)\s+(?:for|about)\s+[^,.;:!?\u2014\u2013]{1,40}?(?:\s*[,.;:!]|\s+-{1,2}|\s*[\u2014\u2013])"
+    # praise of the answer, before punctuation or a small word ("perfect for my 4 shifts", "nice, btw I'm ...";
+    # not "Nice is my home town", "Perfect pitch runs in my family")
+    r"(?:(?:perfect|awesome|lovely|brilliant|amazing|excellent|nice one|nice)\b"
+    r"(?=\s*[:,!.-]|\s+(?:for|and|so|thanks|thank|that|but|now|then|btw|also|i|i'm|im|we)\b)[\s:,!.-]*)|"
+    # an apology up to its end: "sorry for the typos, ...", "apologies for the confusion - I'm a midwife",
+    # "sorry to be a pain, ...", "sorry but I don't eat pork"
+    r"(?:(?:sorry|apologies)(?:\s+(?:for|about|to|if)\s+(?:(?!\bbut\b)[^,.;:!?\u2014\u2013]){1,40}?)?"
+    r"(?:\s*[,.;:!]|\s+-{1,2}|\s*[\u2014\u2013]|\s+but\b)"
     r"[\s:,!.-]*)"
 )
 _FOR_THE_MEMORY_AT = re.compile(_FOR_THE_MEMORY, re.I)
@@ -283,7 +288,8 @@ def third_person(verb: str) -> str:
 # the task asked for after the fact, as its own clause
 _TRAILING_ASK = re.compile(
     r",\s+(?:(?:so\s+)?(?:can|could|would|will) (?:you|u)|what(?:'s| is| are| should| can| do| would)?|"
-    r"how (?:do|can|should|would|about)|which|any (?:ideas|tips|suggestions|recs?|recommendations))\b[^.!;]*$",
+    r"how (?:do|can|should|would|about)|which (?:one|is|are|should|would|do|of)|"  # not "..., which includes"
+    r"any (?:ideas|tips|suggestions|recs?|recommendations))\b[^.!;]*$",
     re.IGNORECASE,
 )
 _REQUEST_PREFIX = re.compile(
@@ -374,9 +380,9 @@ _EXPLICIT = [
         r"\b(?:from now on|going forward|moving forward|in (?:the )?future|for (?:the )?future|"
         r"for future reference|from here on(?: out)?|henceforth|every time you|whenever you)\b",
         # not what has never happened ("Never done nights before.")
-        r"^(?:please |kindly |can you (?:please )?|could you (?:please )?|will you )?(?:always|never)\b"
+        r"^(?:please |kindly |can you (?:please )?|could you (?:please )?|will you )?(?:always\b|never\b"
         r"(?! (?:done|been|had|tried|seen|used|heard|made|worked|cooked|driven|eaten|flown|met|played|owned|lived|"
-        r"needed|thought|felt|got|gotten|really|once)\b)",
+        r"needed|thought|felt|got|gotten|really|once)\b))",
         r"[,;:\u2014\u2013-]\s*(?:so |and )?(?:please )?(?:always|never) \w+",
         r"^please,? (?:use|stick to|address me|respond in|reply in|answer in|write in|talk to me in|"
         r"speak|format|spell)\b",
@@ -415,7 +421,8 @@ _EXPLICIT = [
 _STANDING = re.compile(
     # "all my notes", not what was spent or lost ("spent all my money on concert tix"); "every time you",
     # "concise beats thorough every time", not a problem that recurs ("every time I make a sauce it burns")
-    rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|every ?time(?! (?:i|we|my|our)\b)|"
+    rf"\b(?:{material.FROM_NOW_ON}|in (?:the )?future|"
+    r"every ?time(?! (?:i|we|my|our)\b(?! (?:ask|request|want|need|send|message)))|"  # "every time I ask ..." is a rule
     r"(?<!\bspent )(?<!\bspend )(?<!\blost )(?<!\boff )(?<!\bused )(?<!\bate )all (?:my |future )|"
     r"whenever|for future reference|in general|generally|in every|all the time|"
     r"(?:goes|applies) (?:for|to) (?:every|all|any)\b|"  # "..., that goes for every trip"
@@ -435,11 +442,16 @@ _SCOPED = re.compile(
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
     # one of the things in front of the user ("one of these tablets"), a word of the text at hand ("'grow' is
     # better than maximize"), a plan ("planning 5 days in Kerala"), something tried once ("tried yoga once")
-    r"|\bone of (?:these|those)\b|^['\"\u2018\u201c][^'\"\u2019\u201d]{1,30}['\"\u2019\u201d]"
-    r"|^(?:(?:i'?m|i am|we'?re|we are) )?planning (?:a |an |our |my |\d)"
-    r"|\b(?:tried|did|went|had|made|read|saw|watched|used)\b[^.;]{0,30}\bonce\b(?! (?:a|an|every|per|or)\b)"
+    r"|\bone of (?:these|those)\b(?! (?:people|folks|guys|types|persons)\b)"
+    r"|^['\"\u2018\u201c][^'\"\u2019\u201d]{1,30}['\"\u2019\u201d]\s+(?:is|sounds|reads|works|feels|fits)\s+(?:\w+\s+)?"
+    r"(?:better|worse|off|wrong|weird|odd|nicer|clearer|stronger)\b"
+    r"|^(?:(?:i'?m|i am|we'?re|we are) )?planning (?:a |an |our |my )?(?:\d|(?:[\w-]+ ){0,2}"
+    r"(?:trip|holiday|vacation|visit|party|getaway|weekend|break|itinerary|route|tour)\b)"
+    r"|\b(?:tried|did|went|made|read|saw|watched|used)\b[^.;]{0,30}\bonce\b"
+    r"(?! (?:a|an|every|per|or|the|i|we|you|he|she|they|it|my|our|upon)\b)"
     # the device in hand: "I'm on my phone", "sorry for the typos, on my phone" (not "I read these on my phone")
-    r"|(?:^|[,;:]\s*|\bI'?m\s+|\bi am\s+|\btyping\s+(?:this\s+)?)(?:on|from)\s+(?:my\s+)?(?:phone|mobile|cell)\b"
+    r"|(?:^|[,;:]\s*|\bI'?m\s+|\bi am\s+|\btyping\s+(?:this\s+)?)(?:on\s+(?:my\s+)?|from\s+my\s+)"
+    r"(?:phone|mobile|cell)\b(?!\s+(?:data|plan|contract|support|network|only)\b)"
     # the same in the other languages users write in: today, tonight, this time, right now, tomorrow (not
     # "hoy en día", "bis heute": nowadays, to this day)
     r"|\b(?:hoy(?! en d[ií]a)|esta noche|esta vez|ahora mismo|aujourd'hui|ce soir|cette fois|"
@@ -1175,7 +1187,7 @@ class RulesPolicy:
             and not _VERDICT.match(bodies[i])
             and not _with_me_now(bodies[i])
             # "yes spanish.": a one-word answer to the assistant's question
-            and (len(words(bodies[i])) > 1 or not phrasing.is_english(bodies[i]))
+            and not (len(words(bodies[i])) <= 1 and phrasing.is_english(bodies[i]) and _ANSWER.match(said[i]))
             and _addressed(bodies[i])
         ]
 
@@ -2097,9 +2109,13 @@ _TO_ME = re.compile(r"\b(?:with|to) (?:me|us)\b", re.I)
 _ON_SOMETHING = re.compile(
     r"\b(?:it|this|that|these|those|the|my|so|for|on|more|less|shorter|longer|simpler|briefer)\b", re.I
 )
-_JUST_NOW = re.compile(r"(?<!\bfrom )\bnow\b(?! on\b)", re.I)  # "Be brief with me now.", not "from now on"
+# "Be brief with me now.", not "from now on", "by now", "now and always"
+_JUST_NOW = re.compile(r"(?<!\bfrom )(?<!\bby )(?<!\buntil )\bnow\b(?! on\b| and (?:always|forever)\b)", re.I)
 # a clause after the rule says why this time ("Be casual with me, I'm bored."); "..., please" does not
 _CLAUSE_AFTER = re.compile(r"[,;:\u2013\u2014]\s*(?!(?:please|always|thanks|from now on|going forward)\b)\w", re.I)
+
+
+_ANSWER = re.compile(r"^\W*(?:yes|yeah|yep|yup|no|nope|sure|ok|okay)\b", re.I)  # a reply to the assistant's question
 
 
 def _with_me_now(body: str) -> bool:
@@ -2468,7 +2484,12 @@ _HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
 
 
 # what someone else says: "my friend says imran khan", "my mum reckons it's the thermostat"
-_THEY_SAY = re.compile(r"^(?:my|our) [\w-]+(?: [\w-]+)? (?:says|said|thinks|reckons|insists|claims|swears)\b", re.I)
+# (not "My doctor said I have to avoid gluten": what they say of the user is the user's)
+_THEY_SAY = re.compile(
+    r"^(?:my|our) [\w-]+(?: [\w-]+)? (?:says|said|thinks|reckons|insists|claims|swears)\b"
+    r"(?!.*\b(?:i|i'm|im|i've|me|my)\b)",
+    re.I,
+)
 
 
 def _someone_elses(body: str) -> bool:
@@ -2518,13 +2539,16 @@ _LEANS_BACK = re.compile(r"^(?:that|this|it|they|those|these|so|which|because|in
 
 
 # "this is really helpful, thank you": a verdict on the reply just given, no rule for the next ones
+_NO_OWN_CLAUSE = r"(?![^.]*,\s*(?:but |and |so )?(?:i'm|i am|i've|i have|my)\b)"  # a clause of the user's own after it
 _VERDICT = re.compile(
     # "That was helpful", "the magnet fishing is perfect": a verdict on the answer or something in it
     r"^(?:this|that|it|these|those|the(?: [\w-]+){1,2}?)(?:'s|'re| is| was| are| were| sounds?| looks?)\s+"
     r"(?:\w+\s+){0,2}?(?:helpful|useful|great|"
     r"perfect|amazing|brilliant|awesome|exactly|spot on|good|fantastic|lovely|excellent|nice|clear|fine)\b"
-    r"(?!\s+(?:to|if|when|for me|with me)\b)"  # not a permission: "It's fine to swear with me"
-    r"|^(?:this|that|it)(?: really| totally| actually)? (?:helps|helped|works|worked|did it|does it|did the trick)\b",
+    r"(?!\s+(?:to|if|when|for (?:me|my|us|our)|with me)\b)"  # not a permission: "It's fine to swear with me"
+    rf"{_NO_OWN_CLAUSE}"  # nor "The 5am start is fine, I'm an early riser anyway."
+    r"|^(?:this|that|it)(?: really| totally| actually)? (?:helps|helped|works|worked|did it|does it|did the trick)\b"
+    rf"(?! for me when){_NO_OWN_CLAUSE}",
     re.I,
 )
 # "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
