@@ -2250,6 +2250,7 @@ def test_never_as_a_rule_not_as_what_has_not_happened() -> None:
         ("I'm one of those people who can't stand cilantro.", "cilantro"),
         ("I'm planning my meals around my type 2 diabetes.", "diabetes"),
         ("I'm allergic to tree nuts, which includes almonds and cashews.", "almonds"),
+        ("Suggest some weeknight dinners for our gluten-free household.", "gluten-free"),  # "our" home
     ],
 )
 async def test_a_lasting_fact_said_with_words_of_the_moment_is_still_remembered(said: str, word: str) -> None:

@@ -2155,12 +2155,14 @@ def _about_the_request(said: list[str], i: int) -> bool:
     ):
         return False
     # "Suggest a name for our WhatsApp group": "our" names what the request is for, the user says nothing
-    # of themselves unless a clause of its own does ("Write our vows, my fiancee is from Madrid")
-    one_clause = len(clauses(body)) == 1 and "," not in body
+    # of themselves unless a clause of its own does ("Write our vows, my fiancee is from Madrid") or it
+    # names their home ("dinners for our gluten-free household")
+    one_clause = len(clauses(body)) == 1 and "," not in body and not _OUR_HOME.search(body)
     of_self = _SUBJECT_SELF.search(_OBJECT_SELF.sub(" ", body)) if one_clause else _speaks_of_self(body)
     return not (of_self or body.endswith("?") or standing_words(body))
 
 
+_OUR_HOME = re.compile(r"\b(?:my|our) (?:[\w-]+ ){0,2}(?:family|household|home|house|kids|children)\b", re.I)
 _SUBJECT_SELF = re.compile(r"\b(?:i|i'm|im|i've|i'd|i'll|we|we're|we've|we'd|myself)\b", re.I)
 _USER_SAID = re.compile(r'User said: "(.*?)"\.?')  # phrasing.memory_text's quotation of another language
 
