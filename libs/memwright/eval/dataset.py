@@ -43,6 +43,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # committed at the end of the fifteenth round with the policy unchanged, measured once there; never tuned on.
 # "holdout4": 80 more users of the five categories by two new helpers that saw nothing of the project,
 # committed at the end of the sixteenth round with the policy unchanged: the next round's untuned set.
+# "holdout5": 80 more users of the five categories by two new helpers that saw nothing of the project,
+# committed at the end of the seventeenth round with the policy unchanged: the next round's untuned set.
 # "precision": 128 users (single_weak and one_off hints that sound lasting, and some explicit ones) by three
 # helpers that saw only a spec of the format, for the seventeenth round; tuned on.
 SPLITS = {
@@ -61,6 +63,7 @@ SPLITS = {
     "holdout2": "holdout2_probe.jsonl",
     "holdout3": "holdout3_probe.jsonl",
     "holdout4": "holdout4_probe.jsonl",
+    "holdout5": "holdout5_probe.jsonl",
     "precision": "precision_probe.jsonl",
 }
 
