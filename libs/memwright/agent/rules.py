@@ -2385,7 +2385,7 @@ _ADDS = re.compile(r"\b(?:as well|also|in addition)\b", re.I)  # "times in UTC a
 def _unsure(body: str) -> bool:
     """Musing or doubt in every clause that says something: not "I'm on permanent nights in the ICU -
     and I never know when to eat breakfast", whose first clause is said for sure."""
-    saying = [c for c in _CLAUSE.split(body) if c and content_words(c)]
+    saying = [c for c in clauses(body) if content_words(c)]
     return bool(UNSURE.search(body)) and all(UNSURE.search(c) for c in saying or [body])
 
 
