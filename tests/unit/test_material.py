@@ -64,6 +64,14 @@ from tests.unit.test_rules_policy import remember
             "Translate this into French for all my clients: I am allergic to peanuts and I live in Boston.",
             "Translate this into French for all my clients:",
         ),
+        # a passage in single quotes after a colon, with the request after it, is handed over
+        (
+            "My cousin wrote the listing for his flat. Here it is: 'Bright studio near the park, I'm a non-smoker "
+            "and it shows. Ideal for students.' Make it sound less desperate.",
+            "My cousin wrote the listing for his flat. Here it is:… Make it sound less desperate.",
+        ),
+        # ... not a short one of the user's own, and not one no request is near
+        ("My motto: 'never on a Sunday.' I've kept it for years.", None),
         # inch marks are no quotation
         ('Compare my 15" MacBook Pro and my 24" iMac.', 'Compare my 15" MacBook Pro and my 24" iMac.'),
         # a quotation outside a request is the user's own complaint, kept whole

@@ -1831,6 +1831,9 @@ async def test_a_bare_way_of_writing_after_a_task_is_no_rule(task: str, follow_u
         ("Remember this for later: I'm allergic to penicillin.", "User is allergic to penicillin."),
         ("Remember this from now on: I'm allergic to penicillin.", "User is allergic to penicillin."),
         ("Remember this one: I'm allergic to penicillin.", "User is allergic to penicillin."),
+        # the lead-in as a sentence of its own
+        ("Ok, one thing you should know for the future. I'm left-handed.", "User is left-handed."),
+        ("Something to keep in mind going forward. I'm allergic to penicillin.", "User is allergic to penicillin."),
     ],
 )
 async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: str, kept: str) -> None:
@@ -2190,7 +2193,9 @@ def test_a_verdict_on_something_in_the_answer_is_no_fact() -> None:
     assert rules._VERDICT.match("The magnet fishing is perfect, we have a bunch of magnets.")
     assert rules._VERDICT.match("the second version sounds great")
     assert not rules._VERDICT.match("The kids are vegetarian.")
-    assert rules.strip_lead_in("perfect for my 4 shifts.") == "for my 4 shifts."
+    assert rules._VERDICT.match("perfect for my 4 shifts.") and rules._VERDICT.match("Ideal for the kids")
+    assert not rules._VERDICT.match("perfect for my 4 shifts, I work nights in the ICU")
+    assert rules.strip_lead_in("perfect for my 4 shifts.") == "perfect for my 4 shifts."
 
 
 def test_what_has_not_happened_yet_is_no_habit() -> None:

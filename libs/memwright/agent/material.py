@@ -32,6 +32,9 @@ _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
 QUOTES = re.compile(
     r'(?<!\d)"[^"\n]*"|“[^”]*”|„[^“”]*[“”]|«[^»]*»|「[^」]*」|『[^』]*』'
     r"|(?<![^\n])[ \t]*['\u2018][^\n]*[.!?]['\u2019][ \t]*(?![^\n])"
+    # single quotes after a colon, to the quote that closes a sentence or the message: "Here it is:
+    # 'Sunny 2 bed unit ... Min 3 nights.' Make it ..." (an apostrophe sits inside a word: "isn't")
+    r"|(?<=:)[ \t]*['\u2018](?:[^\n'\u2019]|['\u2019](?=\w))+['\u2019](?!\w)"
 )
 QUOTE_WORDS = 5  # a quotation this long is material; a short one stays ('don't start with "Great question"')
 _OPENING = re.compile(
@@ -81,7 +84,9 @@ def own_words(text: str) -> str:
     anywhere = is_request(_SENTENCE_END.split(s.strip(), maxsplit=1)[0]) or not phrasing.is_english(s)
 
     def handed_over(quote: re.Match[str]) -> str:
-        asked = anywhere or is_request(_SENTENCE_END.split(s[: quote.start()].strip())[-1])
+        before = _SENTENCE_END.split(s[: quote.start()].strip())[-1]
+        after = _SENTENCE_END.split(s[quote.end() :].strip(), maxsplit=1)[0]  # "'...' Make it sound warmer."
+        asked = anywhere or is_request(before) or is_request(after)
         return "…" if asked and len(quote.group(0).split()) >= QUOTE_WORDS else quote.group(0)
 
     s = QUOTES.sub(handed_over, s)

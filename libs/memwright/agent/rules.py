@@ -119,7 +119,7 @@ _FOR_THE_MEMORY = (
     # "One thing to remember for this trip:", which are about the task at hand)
     r"(?:one|a|another|something|an)\b[^:.!?]{0,20}?\b(?:to|you\s+should|you\s+need\s+to|you\s+must)\s+"
     r"(?:(?:remember|keep\s+in\s+mind)(?:\s+about\s+(?:me|us)|\s+for\s+the\s+future|\s+going\s+forward)?|"
-    r"(?:know|note)\s+about\s+(?:me|us))\s*:\s*)"
+    r"(?:know|note)\s+(?:about\s+(?:me|us)|for\s+the\s+future|going\s+forward))\s*:\s*)"
 )
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
@@ -131,10 +131,10 @@ _OPENER = (
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
     r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)|"
-    # praise of the answer, before punctuation or a small word ("perfect for my 4 shifts", "nice, btw I'm ...";
-    # not "Nice is my home town", "Perfect pitch runs in my family")
+    # praise of the answer, before punctuation or a small word ("perfect, thanks", "nice, btw I'm ...";
+    # not "Nice is my home town", "Perfect pitch runs in my family", "perfect for my 4 shifts": _VERDICT)
     r"(?:(?:perfect|awesome|lovely|brilliant|amazing|excellent|nice one|nice)\b"
-    r"(?=\s*[:,!.-]|\s+(?:for|and|so|thanks|thank|that|but|now|then|btw|also|i|i'm|im|we)\b)[\s:,!.-]*)|"
+    r"(?=\s*[:,!.-]|\s+(?:and|so|thanks|thank|that|but|now|then|btw|also|i|i'm|im|we)\b)[\s:,!.-]*)|"
     # an apology up to its end: "sorry for the typos, ...", "apologies for the confusion - I'm a midwife",
     # "sorry to be a pain, ...", "sorry but I don't eat pork"
     r"(?:(?:sorry|apologies)(?:\s+(?:for|about|to|if)\s+(?:(?!\bbut\b)[^,.;:!?\u2014\u2013]){1,40}?)?"
@@ -222,7 +222,22 @@ def sentences(text: str) -> list[str]:
             pieces.append(text[start : end.start()])
             start = end.end()
     pieces.append(text[start:])
-    return [s.strip() for s in pieces if s.strip()]
+    out: list[str] = []
+    for piece in (s.strip() for s in pieces if s.strip()):
+        if out and _lead_in_alone(out[-1]):  # "Something you should know for the future. I'm diabetic."
+            out[-1] = f"{out[-1].rstrip('.! ')}: {piece}"
+        else:
+            out.append(piece)
+    return out
+
+
+def _lead_in_alone(sentence: str) -> bool:
+    """A sentence that only says what follows is to be remembered, ended by a full stop instead of a colon."""
+    if not sentence.endswith((".", "!")):
+        return False
+    as_lead_in = sentence.rstrip(".! ") + ":"
+    match = _LEAD_IN.match(as_lead_in)
+    return bool(match and match.end() == len(as_lead_in) and _FOR_THE_MEMORY_AT.search(as_lead_in))
 
 
 def clauses(sentence: str) -> list[str]:
@@ -2550,7 +2565,9 @@ _VERDICT = re.compile(
     r"(?!\s+(?:to|if|when|for (?:me|my|us|our)|with me)\b)"  # not a permission: "It's fine to swear with me"
     rf"{_NO_OWN_CLAUSE}"  # nor "The 5am start is fine, I'm an early riser anyway."
     r"|^(?:this|that|it)(?: really| totally| actually)? (?:helps|helped|works|worked|did it|does it|did the trick)\b"
-    rf"(?! for me when){_NO_OWN_CLAUSE}",
+    rf"(?! for me when){_NO_OWN_CLAUSE}"
+    # "perfect for my 4 shifts": the answer fits what it was for, one clause and no more
+    r"|^(?:perfect|ideal|just right|exactly right)\s+for\b[^,;:.!?]*[.!]*$",
     re.I,
 )
 # "X, not Y": one thing over another ("Tables, not prose, for comparisons."), not "not sure", "not bad"
