@@ -404,6 +404,13 @@ async def test_a_switch_updates_the_memory_with_the_new_evidence_instead_of_addi
             "imperial",
             " si ",
         ),
+        # the change names only its topic; the next sentence says how
+        (
+            "I like thorough answers, give me all the detail.",
+            "Change of plan on the long answers. My eyes have been bad since the op, so keep it short from now on.",
+            "short",
+            "thorough",
+        ),
     ],
 )
 async def test_a_later_contradicting_preference_updates_the_memory(
@@ -1286,6 +1293,9 @@ async def test_a_question_typed_without_its_question_mark_is_not_remembered(text
         pytest.param(
             "I need a script that renames my holiday photos by the date they were taken", id="a request for something"
         ),
+        pytest.param(
+            "any good podcasts for a long drive? need something that works while I'm driving", id="need something"
+        ),
     ],
 )
 async def test_what_is_neither_of_the_user_nor_to_the_assistant_standing_is_not_remembered_at_once(text: str) -> None:
@@ -1530,6 +1540,7 @@ async def test_a_change_the_update_reader_finds_in_a_weak_sentence_changes_the_m
     [
         "Need a birthday cake idea for my niece. Chocolate or vanilla, whichever is easier.",  # beside a request frame
         "Explain black holes like I'm ten.",  # "like I'm ten" is how to explain, not about the user
+        "explain how tides work like im 5",  # ... typed without the apostrophe
         "Quiz me on the capitals of South America.",
     ],
 )

@@ -836,6 +836,7 @@ _CORRECTION = re.compile(
     re.IGNORECASE,
 )
 _ANAPHORA = re.compile(r"\b(?:that|it|this|those|them|these)\b", re.I)
+_ONLY_A_TOPIC = re.compile(r"^(?:on|about|re|regarding|concerning)\b[^,;:]*[.!]?$", re.I)
 _NOW = re.compile(r"\b(?:now|these days|nowadays|at the moment|currently|recently|lately|anymore)\b", re.I)
 
 
@@ -1084,6 +1085,8 @@ class RulesPolicy:
             changing = CORRECTED
             if len(words(body)) < 2 or re.match(r"^i(?:'ve| have)? changed my mind\W*$", body, re.I):
                 return [], ""  # "Actually, I've changed my mind." -- the next sentence says how
+            if _ONLY_A_TOPIC.match(body) and not _SUBJECT_SELF.search(body):
+                return [], ""  # "Change of plan on the long answers." -- what changes; the next sentence says how
 
         pref = explicit_preference(body)
         silenced = pref is None or (
@@ -2114,7 +2117,7 @@ def _task_bound(body: str) -> bool:
 
 
 # "Give me ten names", "explain it like I'm five" ask; they disclose nothing
-_OBJECT_SELF = re.compile(r"\b(?:(?:like|as if|as though) (?:i'm|i am|i was|i were)|me|us)\b", re.I)
+_OBJECT_SELF = re.compile(r"\b(?:(?:like|as if|as though) (?:i'm|im|i am|i was|i were)|me|us)\b", re.I)
 
 
 # what a rule for the assistant's way of writing names a value of ("formal", "bullets", "metric")
