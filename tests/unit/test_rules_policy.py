@@ -1205,6 +1205,7 @@ async def test_a_change_of_mind_said_in_surprise_updates_the_memory() -> None:
         ("you did what??", True),
         ("is it vegan??", True),
         ("any tips?", True),
+        ("tips to stay awake past 3am without chugging 4 coffees??", True),  # a request, the user not in it
     ],
 )
 def test_a_statement_ending_in_two_question_marks_is_not_a_question(text: str, question: bool) -> None:
@@ -1741,6 +1742,10 @@ def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(
         "Suggest a fun name for our housing society's Holi WhatsApp group.",  # "our" names what the request is for
         "yes spanish. 10 days",  # a one-word answer to the assistant's question
         "That helps a lot.",
+        # what someone else enjoys, for a gift or a plan for them
+        "Our 40th is next month. My husband loves sailing and old westerns, and he can't stand aftershave. "
+        "Suggest some gifts.",
+        "Mate thats the wrong standard, no use to me whatsoever.",  # a verdict on the answer
     ],
 )
 async def test_these_are_no_standing_rules(said: str) -> None:

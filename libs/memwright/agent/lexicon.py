@@ -43,6 +43,13 @@ _PEOPLE = "|".join(
 # words, "User's son ..."): about someone else (`people` and the `outsiders`), so it changes no memory
 # of the user, unless the user is in it too (rules._about_someone_else)
 SOMEONE_ELSE = re.compile(rf"^(?:(?:my|our|user's|their)\s+(?:{_PEOPLE})\b|(?:he|she)\b)", re.IGNORECASE)
+# "My wife loves orchids and old film songs": what someone else enjoys (a gift, a plan for them), not
+# the user's taste; their needs stay the household's ("my husband uses a wheelchair", "my son is allergic")
+THEIR_TASTE = re.compile(
+    rf"^(?:my|our)\s+(?:{_PEOPLE})\s+(?:really\s+|absolutely\s+|just\s+)?"
+    rf"(?:{'|'.join(re.escape(w) for w in WORDS['their_taste'])})\b",
+    re.IGNORECASE,
+)
 INSTRUCTION = word_pattern("instruction_verbs", anchored=True)  # "Keep recipes short.": to the assistant
 REPLIES = word_pattern("replies")  # the assistant's replies in general
 REQUEST_FRAME = word_pattern("request_frames", anchored=True)  # "I would like to know ...": a request

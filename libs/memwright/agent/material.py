@@ -154,13 +154,15 @@ def works_on_this(sentence: str) -> bool:
 
 _SURPRISE = re.compile(r"\?\s*\?$")
 _WH_WORD = re.compile(r"\b(?:what|how|why|where|when|which|who)\b", re.I)
+_I_SAY = re.compile(r"\b(?:i|i'm|im|i've|ive|we|we're|my)\b", re.I)
 
 
 def ends_asking(text: str) -> bool:
     """Whether `text` ends in a question mark that asks: not the surprised "??" of a statement ("my
-    partner got me into horror films and I love them now??"), one with no wh-word."""
+    partner got me into horror films and I love them now??"), one with no wh-word and the user in it."""
     s = text.strip().replace("\uff1f", "?")  # the full-width question mark of Chinese and Japanese
-    return s.endswith("?") and not (_SURPRISE.search(s) and not _WH_WORD.search(s))
+    # ... said of the user ("tips to stay awake past 3am without 4 coffees??" asks)
+    return s.endswith("?") and not (_SURPRISE.search(s) and not _WH_WORD.search(s) and _I_SAY.search(s))
 
 
 # A question without its "?": a wh-word and an inverted auxiliary ("what settings should I use ...",

@@ -913,6 +913,7 @@ from memwright.agent.lexicon import (  # noqa: E402
     SLOT_WORDS,
     SOMEONE_ELSE,
     TEMPORARY,
+    THEIR_TASTE,
     UNSURE,
     says_changed,
     without_next_task_now,
@@ -2513,9 +2514,11 @@ _THEY_SAY = re.compile(
 
 
 def _someone_elses(body: str) -> bool:
-    """Whether `body` opens with he or she and the user is not in it ("She can't stand horror." of a
-    friend the message named), or says what someone else says: never a standing preference of the user."""
-    return (_HE_OR_SHE.match(body) is not None and _about_someone_else(body)) or _THEY_SAY.match(body) is not None
+    """Whether `body` opens with he or she, or with what someone else enjoys (THEIR_TASTE), and the user
+    is not in it ("She can't stand horror." of a friend the message named), or says what someone else
+    says: never a standing preference of the user."""
+    opens_with_them = _HE_OR_SHE.match(body) is not None or THEIR_TASTE.match(body) is not None
+    return (opens_with_them and _about_someone_else(body)) or _THEY_SAY.match(body) is not None
 
 
 def _says_stopped(text: str) -> bool:
@@ -2569,6 +2572,10 @@ _VERDICT = re.compile(
     rf"{_NO_OWN_CLAUSE}"  # nor "The 5am start is fine, I'm an early riser anyway."
     r"|^(?:this|that|it)(?: really| totally| actually)? (?:helps|helped|works|worked|did it|does it|did the trick)\b"
     rf"(?! for me when){_NO_OWN_CLAUSE}"
+    # "mate thats the american code, no use to me": the answer missed
+    r"|^(?:(?:mate|dude|man|bro|nah|no)[,\s]+)?(?:this|that|it)(?:'s|s| is| was)\s[^.!?]*?\b(?:no use|useless|"
+    r"wrong|irrelevant|not (?:helpful|useful|right|what i (?:asked|meant|wanted|need|needed)))\b"
+    rf"{_NO_OWN_CLAUSE}"
     # "perfect for my 4 shifts": the answer fits what it was for, one clause and no more
     r"|^(?:perfect|ideal|just right|exactly right)\s+for\b[^,;:.!?]*[.!]*$",
     re.I,
