@@ -2220,6 +2220,16 @@ def test_what_has_not_happened_yet_is_no_habit() -> None:
     assert not rules._task_bound("I never eat meat, not this week or any other")
 
 
+def test_an_aside_of_the_user_in_brackets_is_a_sentence_of_its_own() -> None:
+    said = "Plan two days in Porto: where to eat (I'm gluten free these days, so no francesinha), and what to see?"
+    assert rules.sentences(said) == [
+        "Plan two days in Porto: where to eat, and what to see?",
+        "I'm gluten free these days, so no francesinha",
+    ]
+    assert len(rules.sentences("Is it safe (I assume not) or not?")) == 1  # too short to say anything of its own
+    assert len(rules.sentences("for (var i = 0; i < 5; i++) in my loop")) == 3  # code: not an aside
+
+
 def test_a_dash_before_the_closing_question_ends_a_sentence() -> None:
     said = "cant really read long stuff rn, just on mobile on the train — is 0.2% high?"
     assert rules.sentences(said) == ["cant really read long stuff rn, just on mobile on the train", "is 0.2% high?"]

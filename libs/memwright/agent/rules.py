@@ -226,9 +226,19 @@ def sentences(text: str) -> list[str]:
     for piece in (s.strip() for s in pieces if s.strip()):
         if out and _lead_in_alone(out[-1]):  # "Something you should know for the future. I'm diabetic."
             out[-1] = f"{out[-1].rstrip('.! ')}: {piece}"
+            continue
+        asides = [m for m in _ASIDE_OF_SELF.finditer(piece) if _SUBJECT_SELF.search(m.group(1))]
+        if asides:  # "ideas for where to eat (I eat fish these days, so ...), and is the card worth it?"
+            lifted = {m.span() for m in asides}
+            rest = _ASIDE_OF_SELF.sub(lambda m: "" if m.span() in lifted else m.group(0), piece)
+            out += [re.sub(r"\s+([,.;:!?])", r"\1", rest).strip(), *(m.group(1).strip() for m in asides)]
         else:
             out.append(piece)
     return out
+
+
+# an aside in brackets, long enough to say something of its own and no code
+_ASIDE_OF_SELF = re.compile(r"\s*\(([^()=;{}]{20,})\)")
 
 
 def _lead_in_alone(sentence: str) -> bool:
