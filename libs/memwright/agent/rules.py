@@ -227,14 +227,19 @@ def sentences(text: str) -> list[str]:
         if out and _lead_in_alone(out[-1]):  # "Something you should know for the future. I'm diabetic."
             out[-1] = f"{out[-1].rstrip('.! ')}: {piece}"
             continue
-        asides = [m for m in _ASIDE_OF_SELF.finditer(piece) if _SUBJECT_SELF.search(m.group(1))]
-        if asides:  # "ideas for where to eat (I eat fish these days, so ...), and is the card worth it?"
-            lifted = {m.span() for m in asides}
-            rest = _ASIDE_OF_SELF.sub(lambda m: "" if m.span() in lifted else m.group(0), piece)
-            out += [re.sub(r"\s+([,.;:!?])", r"\1", rest).strip(), *(m.group(1).strip() for m in asides)]
-        else:
-            out.append(piece)
+        out += _asides_lifted(piece)
     return out
+
+
+def _asides_lifted(sentence: str) -> list[str]:
+    """The sentence, and each aside of the user's in brackets after it as a sentence of its own: "ideas
+    for where to eat (I eat fish these days, so ...), and is the card worth it?"."""
+    asides = [m for m in _ASIDE_OF_SELF.finditer(sentence) if _SUBJECT_SELF.search(m.group(1))]
+    if not asides:
+        return [sentence]
+    lifted = {m.span() for m in asides}
+    rest = _ASIDE_OF_SELF.sub(lambda m: "" if m.span() in lifted else m.group(0), sentence)
+    return [re.sub(r"\s+([,.;:!?])", r"\1", rest).strip(), *(m.group(1).strip() for m in asides)]
 
 
 # an aside in brackets, long enough to say something of its own and no code
