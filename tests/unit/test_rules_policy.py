@@ -1626,6 +1626,11 @@ def test_a_later_sentence_of_a_memory_starts_with_a_capital() -> None:
     assert rules.as_memory("Keep it short. they're busy") == "Keep it short. They're busy."
 
 
+def test_the_users_will_is_third_person_in_a_memory() -> None:
+    assert rules.as_memory("i'll always need step-free access") == "User will always need step-free access."
+    assert rules.as_memory("I will never eat pork") == "User will never eat pork."
+
+
 async def test_the_users_remark_on_why_keeps_the_instruction_before_it() -> None:
     memories, _ = await remember(["Keep workouts to 30 minutes or less. I'm not training for the Olympics."])
     assert [m.text for m in memories] == ["Keep workouts to 30 minutes or less. They're not training for the Olympics."]
@@ -1746,6 +1751,9 @@ def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(
         "Our 40th is next month. My husband loves sailing and old westerns, and he can't stand aftershave. "
         "Suggest some gifts.",
         "Mate thats the wrong standard, no use to me whatsoever.",  # a verdict on the answer
+        # the errand at hand
+        "where do i get two bags of potting soil in north london without paying silly delivery fees? i'll be lugging "
+        "them home on the bus so nothing huge lol",
     ],
 )
 async def test_these_are_no_standing_rules(said: str) -> None:

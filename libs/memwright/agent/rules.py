@@ -344,7 +344,7 @@ def as_memory(clause: str) -> str:
         s = s[: tail.start()]  # "I hate mushrooms, what's a good risotto" -> "User hates mushrooms."
     s = re.sub(r"^my\b", "User's", s, flags=re.I)
     # "Im"/"Ive" as typed without the apostrophe are "I'm"/"I've" ("Im on ubuntu" -> "User is on ubuntu")
-    head = re.match(r"^(i'm|im|i am|i've|ive|i have|i'd|i would|i)\b\s*", s, re.I)
+    head = re.match(r"^(i'm|im|i am|i've|ive|i have|i'd|i would|i'll|i will|i)\b\s*", s, re.I)
     if not head:  # an instruction ("Always answer in metric units") or "User's name is ..."
         s = _capitalised(_they(s))  # "iOS steps from now on" keeps its "iOS"
     else:
@@ -356,6 +356,8 @@ def as_memory(clause: str) -> str:
             s = "User has " + rest
         elif h in ("i'd", "i would"):
             s = "User would " + rest
+        elif h in ("i'll", "i will"):
+            s = "User will " + rest
         else:
             parts = rest.split(" ", 1)
             adverbs = []
@@ -2125,11 +2127,17 @@ def _on_hand(body: str) -> bool:
 
 def _task_bound(body: str) -> bool:
     """Words tie the sentence to the task at hand and none says a habit: "the budget for this trip
-    is 800 euros", not "I always travel carry-on, so the list has to fit a 40L bag"; or it asks for
+    is 800 euros", not "I always travel carry-on, so the list has to fit a 40L bag"; or it says what
+    the user is about to do ("I'll be hauling them home on the tram"); or it asks for
     work on the text at hand and says nothing else of the user ("Rewrite this for my bio.", not
     "Fix this, I'm dyslexic so check spelling carefully.")."""
     on_this = material.works_on_this(body) and not any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
-    return (scoped(body) or on_this or _on_hand(body)) and not _HABIT.search(body)
+    plan = _PLAN_AHEAD.match(body) is not None and not standing_words(body)  # "i'll be hauling them home on the tram"
+    return (scoped(body) or on_this or plan or _on_hand(body)) and not _HABIT.search(body)
+
+
+# what the user is about to do: the errand at hand, not a habit ("I'll always ..." has standing words)
+_PLAN_AHEAD = re.compile(r"^(?:i'll|ill|i will|i'm going to|im going to|i'm gonna|im gonna|gonna) be\b", re.I)
 
 
 # "Give me ten names", "explain it like I'm five" ask; they disclose nothing
