@@ -1751,6 +1751,7 @@ def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(
         "Our 40th is next month. My husband loves sailing and old westerns, and he can't stand aftershave. "
         "Suggest some gifts.",
         "Mate thats the wrong standard, no use to me whatsoever.",  # a verdict on the answer
+        "Planning 6 days in Crete in June with my in-laws. They can't do too much walking. Rough itinerary?",  # they
         # the errand at hand
         "where do i get two bags of potting soil in north london without paying silly delivery fees? i'll be lugging "
         "them home on the bus so nothing huge lol",

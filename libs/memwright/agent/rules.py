@@ -2524,7 +2524,7 @@ _ASKS_ANYWAY = re.compile(
 )
 
 
-_HE_OR_SHE = re.compile(r"^(?:he|she)\b", re.I)
+_HE_OR_SHE = re.compile(r"^(?:he|she|they)\b", re.I)  # "They can't do much walking." of the parents named before
 
 
 # what someone else says: "my friend says imran khan", "my mum reckons it's the thermostat"
@@ -2537,11 +2537,11 @@ _THEY_SAY = re.compile(
 
 
 def _someone_elses(body: str) -> bool:
-    """Whether `body` opens with he or she, or with what someone else enjoys (THEIR_TASTE), and the user
+    """Whether `body` opens with he, she or they, or with what someone else enjoys (THEIR_TASTE), and the user
     is not in it ("She can't stand horror." of a friend the message named), or says what someone else
     says: never a standing preference of the user."""
-    opens_with_them = _HE_OR_SHE.match(body) is not None or THEIR_TASTE.match(body) is not None
-    return (opens_with_them and _about_someone_else(body)) or _THEY_SAY.match(body) is not None
+    them = _HE_OR_SHE.match(body) or THEIR_TASTE.match(body)
+    return (them is not None and _USER_IN_IT.search(body, them.end()) is None) or _THEY_SAY.match(body) is not None
 
 
 def _says_stopped(text: str) -> bool:
