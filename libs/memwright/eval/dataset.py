@@ -47,6 +47,9 @@ DEFAULT_DATASET = "memories.jsonl"
 # committed at the end of the seventeenth round with the policy unchanged: the next round's untuned set.
 # "precision": 128 users (single_weak and one_off hints that sound lasting, and some explicit ones) by three
 # helpers that saw only a spec of the format, for the seventeenth round; tuned on.
+# "probe6": 80 users of the five categories by two new helpers from the holdout sets' spec (they saw
+# nothing of the project), for the eighteenth round: measured untuned at its start and at the round's
+# code before it was read, then tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -65,6 +68,7 @@ SPLITS = {
     "holdout4": "holdout4_probe.jsonl",
     "holdout5": "holdout5_probe.jsonl",
     "precision": "precision_probe.jsonl",
+    "probe6": "probe6.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
