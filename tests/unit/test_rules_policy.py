@@ -422,6 +422,18 @@ async def test_a_later_contradicting_preference_updates_the_memory(
     assert m.evidence == ["m1", "m2"]
 
 
+async def test_an_edit_of_the_text_at_hand_changes_no_memory() -> None:
+    memories, _ = await remember(
+        [
+            "Also, going forward, any time you mention a cost or price to me, put it in rupees.",
+            "change 'valued customers' to just 'our customers', it sounds too stiff",
+        ]
+    )
+    assert [m.text for m in memories] == [
+        "Going forward, any time you mention a cost or price to them, put it in rupees."
+    ]
+
+
 async def test_a_change_of_a_held_fact_is_remembered_without_the_old_value_and_the_hypothesis_dropped() -> None:
     memories, working = await remember(
         ["I work at Siemens as an electrical engineer."], ["quit Siemens last month, now freelancing as a UX designer"]

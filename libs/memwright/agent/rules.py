@@ -2439,7 +2439,7 @@ def _may_change(sentence: str) -> bool:
     body = strip_lead_in(sentence)
     if UNSURE.search(body) or HEDGED.search(body) or _about_someone_else(body):
         return False
-    if material.asks(body) or material.asks_for_something(body):
+    if material.asks(body) or material.asks_for_something(body) or _EDIT.match(body):
         return False
     pieces = phrasing.clause_pieces(body)
     requests = [c for c in pieces[1:] if material.is_request(c)]
@@ -2449,6 +2449,14 @@ def _may_change(sentence: str) -> bool:
         if c not in requests
     )
     return not any(not (changed_outside and says_changed(c)) for c in requests)
+
+
+# an edit of the text at hand: "change 'valued customers' to just 'our customers'"
+_EDIT = re.compile(
+    r"^(?:pls |please )?(?:change|replace|swap|switch|make)\s+['\"\u2018\u201c][^'\"\u2019\u201d]+['\"\u2019\u201d]"
+    r"\s+(?:to|with|for|into|in)\b",
+    re.I,
+)
 
 
 # the user in someone else's news ("my son gave me his old Samsung", "my partner got me into horror
