@@ -2241,6 +2241,32 @@ def test_what_has_not_happened_yet_is_no_habit() -> None:
     assert not rules._task_bound("I never eat meat, not this week or any other")
 
 
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        (  # a greeting in another language
+            "Cześć. Call me Marek, not Marian — Marian is only my boss when he is angry.",
+            "Call them Marek, not Marian — Marian is only their boss when he is angry.",
+        ),
+        # a rule asked as a question, after a remark on the request
+        (
+            "hi um this is kind of a weird request but could you not use emojis when you reply to me?",
+            "Don't use emojis when you reply to them.",
+        ),
+    ],
+)
+async def test_what_comes_before_a_rule_is_not_its_memory_text(said: str, kept: str) -> None:
+    memories, _ = await remember([said])
+    assert [m.text for m in memories] == [kept]
+
+
+def test_a_learners_question_puts_what_last() -> None:
+    from memwright.agent import material
+
+    assert material.asks("'night shift' what is") and material.asks("this word what means")
+    assert not material.asks("I know what it is")
+
+
 def test_an_aside_of_the_user_in_brackets_is_a_sentence_of_its_own() -> None:
     said = "Plan two days in Porto: where to eat (I'm gluten free these days, so no francesinha), and what to see?"
     assert rules.sentences(said) == [

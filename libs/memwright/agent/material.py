@@ -180,7 +180,11 @@ _ASKING = re.compile(
 
 def asks(text: str) -> bool:
     """Whether a clause or sentence is a question, with its "?" (`ends_asking`) or without it."""
-    return ends_asking(text) or bool(_ASKING.match(text.strip()))
+    return ends_asking(text) or bool(_ASKING.match(text.strip()) or _ASKS_LAST.search(text.strip()))
+
+
+# the question word last, as a learner may put it: "'split shift' what is", "this word what means"
+_ASKS_LAST = re.compile(r"\bwhat (?:is|means|mean|does (?:it|that|this) mean)\W*$", re.I)
 
 
 def is_request(sentence: str) -> bool:

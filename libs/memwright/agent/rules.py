@@ -129,7 +129,13 @@ _OPENER = (
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
-    r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic)\b[\s:,!.-]*)|"
+    r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|"
+    # greetings in other languages before English ("Cześć. Call me Tomek")
+    r"hola|buen[oa]s(?: d[ií]as| tardes| noches)?|bonjour|bonsoir|salut|hallo|guten (?:morgen|tag|abend)|servus|"
+    r"ciao|buongiorno|cze[sś][cć]|ol[aá]|oi|bom dia|boa (?:tarde|noite)|namaste|merhaba|hej|ahoj|salam)\b[\s:,!.-]*)|"
+    # "this is kind of a weird request but ...": what follows is the request
+    r"(?:(?:this is |it's |its )?(?:kind of |kinda |a bit of )?an? (?:weird|strange|odd|small|quick|random|silly) "
+    r"(?:request|ask|one)\b,?(?:\s+but\b)?[\s:,!.-]*)|"
     r"(?:(?:no|nope|fine)\b\s*[:,!.][\s:,!.-]*)|"
     # praise of the answer, before punctuation or a small word ("perfect, thanks", "nice, btw I'm ...";
     # not "Nice is my home town", "Perfect pitch runs in my family", "perfect for my 4 shifts": _VERDICT)
@@ -335,6 +341,7 @@ def as_memory(clause: str) -> str:
     s = (_TRAILING_POINTER.sub("", s) if not _BARE_POINTER.match(s) else s).rstrip(" .!;,:")  # ", remember that"
     s = _REQUEST_PREFIX.sub("", s)
     s = re.sub(r"^(?:please|kindly)[\s,]+", "", s, flags=re.I)
+    s = re.sub(r"^(?:can|could|would|will) you (?:please )?not\b", "don't", s, flags=re.I)
     s = re.sub(r"^(?:can|could|would|will) you (?:please )?", "", s, flags=re.I).rstrip(" ?")
     s = re.sub(
         r"(?:,\s*)?\b(?:please|by the way|btw|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$", "", s, flags=re.I
@@ -406,6 +413,8 @@ def _they_outside_quotations(text: str) -> str:
 _AVERSION_VERBS = "|".join(re.escape(w) for w in WORDS["aversion_verbs"])
 _AVERSION_NOUNS = "|".join(re.escape(w) for w in WORDS["aversion_nouns"])
 _INTENSIFIER = "really|absolutely|just|honestly|genuinely|truly|totally|real|strong|serious|genuine|absolute"
+# a rule asked as a question: "could you not use exclamation marks when you reply to me?"
+_NOT_WHEN_YOU_REPLY = r"^(?:can|could|would|will) you (?:please )?not \w+\b.*\b(?:when|whenever) you (?:reply|answer|respond|write|talk)\b"
 _EXPLICIT = [
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -435,6 +444,7 @@ _EXPLICIT = [
         r"\bmy name is\b|\b(?:please )?call me\b|\bi go by\b|\bmy pronouns are\b",
         r"\b(?:keep|bear) (?:that|this|it) in mind\b|\bremember (?:that|this)\W*$",
         r"^(?:can|could|would|will) you (?:please )?(?:stop|quit) \w+ing\b",
+        _NOT_WHEN_YOU_REPLY,
         r",\s*(?:always|never)\W*$",
         r"\bi(?:'d| would) (?:love|like|appreciate|prefer) it if you (?:could |would )?(?:always|never|stop)\b",
         r"\bi(?:'m| am) allergic to\b|\bi have an? [\w -]{1,30} allergy\b",
@@ -541,8 +551,9 @@ def explicit_preference(sentence: str) -> str | None:
         return None
     if re.search(r"\b(?:not|n't) (?:always|ever)\b", s, re.I):
         return None  # "I don't always ..." is not a rule
-    if s.rstrip().endswith("?") and not re.match(
-        r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b", s, re.I
+    if s.rstrip().endswith("?") and not (
+        re.match(r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b", s, re.I)
+        or re.match(_NOT_WHEN_YOU_REPLY, s, re.I)
     ):
         ask = _ASKS_AFTER.search(s)  # "I'm allergic to shellfish so what's usually safe?": the statement
         return explicit_preference(s[: ask.start()]) if ask and len(words(s[: ask.start()])) >= 3 else None
@@ -1119,7 +1130,13 @@ class RulesPolicy:
         elif pref:
             if pending and _ANAPHORA.search(pref) and len(content_words(pref)) <= 2:
                 pref = as_memory(pending).rstrip(".") + ". " + pref  # "... ISO format. Always use that."
-            elif context and _PERSON.search(body) and kind is not None and kind.vector is not None:
+            elif (
+                context
+                and content_words(strip_lead_in(context))
+                and _PERSON.search(body)
+                and kind is not None
+                and kind.vector is not None
+            ):
                 pref = as_memory(context).rstrip(".") + ". " + pref  # "David and I separated. Don't bring him up."
             elif earlier and (len(words(body)) <= 8 or _KEEP_THAT.match(body)) and _POINTS_BACK.search(body):
                 # "Skip the Beko, I've had two of theirs break. Never again with that brand."
