@@ -414,7 +414,10 @@ _AVERSION_VERBS = "|".join(re.escape(w) for w in WORDS["aversion_verbs"])
 _AVERSION_NOUNS = "|".join(re.escape(w) for w in WORDS["aversion_nouns"])
 _INTENSIFIER = "really|absolutely|just|honestly|genuinely|truly|totally|real|strong|serious|genuine|absolute"
 # a rule asked as a question: "could you not use exclamation marks when you reply to me?"
-_NOT_WHEN_YOU_REPLY = r"^(?:can|could|would|will) you (?:please )?not \w+\b.*\b(?:when|whenever) you (?:reply|answer|respond|write|talk)\b"
+_NOT_WHEN_YOU_REPLY = (
+    r"^(?:can|could|would|will) you (?:please )?not \w+\b.*\b(?:when|whenever) you "
+    r"(?:reply|answer|respond|write|talk)\b"
+)
 _EXPLICIT = [
     re.compile(p, re.IGNORECASE)
     for p in (
