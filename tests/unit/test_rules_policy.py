@@ -1763,6 +1763,8 @@ def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(
         "Our 40th is next month. My husband loves sailing and old westerns, and he can't stand aftershave. "
         "Suggest some gifts.",
         "Mate thats the wrong standard, no use to me whatsoever.",  # a verdict on the answer
+        "Hello. I am a second year student. I need to understand how recursion works.",  # a request
+        "salamat. cheapest way to send money home from Rotterdam, we are at port 2 days",  # thanks, then a question
         "Planning 6 days in Crete in June with my in-laws. They can't do too much walking. Rough itinerary?",  # they
         # the errand at hand
         "where do i get two bags of potting soil in north london without paying silly delivery fees? i'll be lugging "
@@ -1871,6 +1873,7 @@ async def test_a_bare_way_of_writing_after_a_task_is_no_rule(task: str, follow_u
         # the lead-in as a sentence of its own
         ("Ok, one thing you should know for the future. I'm left-handed.", "User is left-handed."),
         ("Something to keep in mind going forward. I'm allergic to penicillin.", "User is allergic to penicillin."),
+        ("One thing you should know for always: I'm left-handed.", "User is left-handed."),
     ],
 )
 async def test_a_lead_in_addressed_to_the_memory_is_not_the_memory_text(said: str, kept: str) -> None:
@@ -2265,6 +2268,17 @@ def test_a_learners_question_puts_what_last() -> None:
 
     assert material.asks("'night shift' what is") and material.asks("this word what means")
     assert not material.asks("I know what it is")
+    assert material.asks("cheapest way to send money home from Hamburg, we are in port 2 days")  # its noun phrase
+
+
+async def test_a_sentence_said_to_the_memory_is_remembered_beside_another_rule() -> None:
+    memories, _ = await remember(
+        [
+            "Plan my week please. One thing you should know for always: I fast on Mondays, so no lunch those days. "
+            "I'm a nurse so I work nights, keep that in mind."
+        ]
+    )
+    assert any("fast" in m.text for m in memories) and any("nurse" in m.text for m in memories)
 
 
 def test_an_aside_of_the_user_in_brackets_is_a_sentence_of_its_own() -> None:

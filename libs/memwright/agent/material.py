@@ -180,11 +180,17 @@ _ASKING = re.compile(
 
 def asks(text: str) -> bool:
     """Whether a clause or sentence is a question, with its "?" (`ends_asking`) or without it."""
-    return ends_asking(text) or bool(_ASKING.match(text.strip()) or _ASKS_LAST.search(text.strip()))
+    s = text.strip()
+    return ends_asking(s) or bool(_ASKING.match(s) or _ASKS_LAST.search(s) or _BEST_WAY.match(s))
 
 
 # the question word last, as a learner may put it: "'split shift' what is", "this word what means"
 _ASKS_LAST = re.compile(r"\bwhat (?:is|means|mean|does (?:it|that|this) mean)\W*$", re.I)
+# a question typed as its noun phrase: "cheapest way to send money home from Rotterdam"
+_BEST_WAY = re.compile(
+    r"^(?:the\s+)?(?:best|cheapest|fastest|quickest|easiest|simplest|safest|right|proper)\s+(?:way|place|time)\s+to\b",
+    re.I,
+)
 
 
 def is_request(sentence: str) -> bool:

@@ -119,7 +119,7 @@ _FOR_THE_MEMORY = (
     # "One thing to remember for this trip:", which are about the task at hand)
     r"(?:one|a|another|something|an)\b[^:.!?]{0,20}?\b(?:to|you\s+should|you\s+need\s+to|you\s+must)\s+"
     r"(?:(?:remember|keep\s+in\s+mind)(?:\s+about\s+(?:me|us)|\s+for\s+the\s+future|\s+going\s+forward)?|"
-    r"(?:know|note)\s+(?:about\s+(?:me|us)|for\s+the\s+future|going\s+forward))\s*:\s*)"
+    r"(?:know|note)\s+(?:about\s+(?:me|us)|for\s+the\s+future|for\s+always|going\s+forward))\s*:\s*)"
 )
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
@@ -130,7 +130,8 @@ _OPENER = (
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|"
-    # greetings in other languages before English ("Cześć. Call me Tomek")
+    # greetings and thanks in other languages before English ("Cześć. Call me Tomek")
+    r"gracias|merci|danke|grazie|obrigad[oa]|salamat|asante|"
     r"hola|buen[oa]s(?: d[ií]as| tardes| noches)?|bonjour|bonsoir|salut|hallo|guten (?:morgen|tag|abend)|servus|"
     r"ciao|buongiorno|cze[sś][cć]|ol[aá]|oi|bom dia|boa (?:tarde|noite)|namaste|merhaba|hej|ahoj|salam)\b[\s:,!.-]*)|"
     # "this is kind of a weird request but ...": what follows is the request
@@ -1121,6 +1122,14 @@ class RulesPolicy:
                 return [], ""  # "Change of plan on the long answers." -- what changes; the next sentence says how
 
         pref = explicit_preference(body)
+        if (
+            pref is None
+            and role is None
+            and to_the_memory(sentence)
+            and content_words(body)
+            and not material.asks(body)
+        ):
+            pref = as_memory(body)  # "One thing you should know for always: I fast Mondays ...", beside another rule
         silenced = pref is None or (
             kind is not None and (kind.p("meta") >= EXPLICIT_OVER_META or bool(_MEMORY.search(body)))
         )
