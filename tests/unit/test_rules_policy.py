@@ -1766,6 +1766,7 @@ def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(
         "Hello. I am a second year student. I need to understand how recursion works.",  # a request
         "salamat. cheapest way to send money home from Rotterdam, we are at port 2 days",  # thanks, then a question
         "Planning 6 days in Crete in June with my in-laws. They can't do too much walking. Rough itinerary?",  # they
+        "It's minus 38 this morning and I forgot to plug the block heater in last night. Will the engine be ok?",
         # the errand at hand
         "where do i get two bags of potting soil in north london without paying silly delivery fees? i'll be lugging "
         "them home on the bus so nothing huge lol",

@@ -2162,7 +2162,14 @@ def _task_bound(body: str) -> bool:
     "Fix this, I'm dyslexic so check spelling carefully.")."""
     on_this = material.works_on_this(body) and not any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
     plan = _PLAN_AHEAD.match(body) is not None and not standing_words(body)  # "i'll be hauling them home on the tram"
-    return (scoped(body) or on_this or plan or _on_hand(body)) and not _HABIT.search(body)
+    moment = _THE_MOMENT.search(body) is not None and not standing_words(body)  # "it's minus 41 this morning"
+    return (scoped(body) or on_this or plan or moment or _on_hand(body)) and not _HABIT.search(body)
+
+
+# the moment the user writes from, not a habit: "It's minus 41 this morning and I forgot to plug it in last night"
+_THE_MOMENT = re.compile(
+    r"\b(?:this morning|this afternoon|this evening|last night|yesterday|earlier today|just now)\b", re.I
+)
 
 
 # what the user is about to do: the errand at hand, not a habit ("I'll always ..." has standing words)
