@@ -50,6 +50,9 @@ DEFAULT_DATASET = "memories.jsonl"
 # "probe6": 80 users of the five categories by two new helpers from the holdout sets' spec (they saw
 # nothing of the project), for the eighteenth round: measured untuned at its start and at the round's
 # code before it was read, then tuned on.
+# "probe7": 80 more users from the same spec by two more such helpers, written in the eighteenth round
+# after its rules: measured untuned at the round's start and at its code, to say whether the round's
+# rules carry over to people no one tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -69,6 +72,7 @@ SPLITS = {
     "holdout5": "holdout5_probe.jsonl",
     "precision": "precision_probe.jsonl",
     "probe6": "probe6.jsonl",
+    "probe7": "probe7.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
