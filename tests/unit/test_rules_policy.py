@@ -1767,6 +1767,7 @@ def test_a_change_after_you_is_the_assistants_slip_only_when_you_is_the_subject(
         "salamat. cheapest way to send money home from Rotterdam, we are at port 2 days",  # thanks, then a question
         "Planning 6 days in Crete in June with my in-laws. They can't do too much walking. Rough itinerary?",  # they
         "It's minus 38 this morning and I forgot to plug the block heater in last night. Will the engine be ok?",
+        "My sister's wedding is TOMORROW and my toast is six minutes long. crying. ok thank you",  # one word alone
         # the errand at hand
         "where do i get two bags of potting soil in north london without paying silly delivery fees? i'll be lugging "
         "them home on the bus so nothing huge lol",
@@ -2264,12 +2265,20 @@ async def test_what_comes_before_a_rule_is_not_its_memory_text(said: str, kept: 
     assert [m.text for m in memories] == [kept]
 
 
+async def test_always_alone_after_a_rule_is_no_second_memory() -> None:
+    memories, _ = await remember(["One rule for you: always give me weights in kilograms, not pounds. Always."])
+    assert [m.text for m in memories] == ["Always give them weights in kilograms, not pounds."]
+
+
 def test_a_learners_question_puts_what_last() -> None:
     from memwright.agent import material
 
     assert material.asks("'night shift' what is") and material.asks("this word what means")
     assert not material.asks("I know what it is")
     assert material.asks("cheapest way to send money home from Hamburg, we are in port 2 days")  # its noun phrase
+    # a follow-up to the answer
+    assert material.asks("and if i want paid and overdue both") and material.asks("ok and sunset")
+    assert not material.asks("ok and I am vegan")
 
 
 async def test_a_sentence_said_to_the_memory_is_remembered_beside_another_rule() -> None:

@@ -181,11 +181,17 @@ _ASKING = re.compile(
 def asks(text: str) -> bool:
     """Whether a clause or sentence is a question, with its "?" (`ends_asking`) or without it."""
     s = text.strip()
-    return ends_asking(s) or bool(_ASKING.match(s) or _ASKS_LAST.search(s) or _BEST_WAY.match(s))
+    return ends_asking(s) or bool(_ASKING.match(s) or _ASKS_LAST.search(s) or _BEST_WAY.match(s) or _FOLLOW_UP.match(s))
 
 
 # the question word last, as a learner may put it: "'split shift' what is", "this word what means"
 _ASKS_LAST = re.compile(r"\bwhat (?:is|means|mean|does (?:it|that|this) mean)\W*$", re.I)
+# a follow-up to the answer: "and if i want paid and pending both", "ok and sunrise", "what about Go"
+_FOLLOW_UP = re.compile(
+    r"^(?:(?:ok|okay|and|so|but|hmm)[\s,]+)*(?:and if|what if|what about|how about)\b"
+    r"|^(?:ok|okay)[\s,]+and(?:\s+(?!(?:i|i'm|im|my|we|me)\b)\S+){1,3}\W*$",
+    re.I,
+)
 # a question typed as its noun phrase: "cheapest way to send money home from Rotterdam"
 _BEST_WAY = re.compile(
     r"^(?:the\s+)?(?:best|cheapest|fastest|quickest|easiest|simplest|safest|right|proper)\s+(?:way|place|time)\s+to\b",

@@ -134,6 +134,8 @@ _OPENER = (
     r"gracias|merci|danke|grazie|obrigad[oa]|salamat|asante|"
     r"hola|buen[oa]s(?: d[ií]as| tardes| noches)?|bonjour|bonsoir|salut|hallo|guten (?:morgen|tag|abend)|servus|"
     r"ciao|buongiorno|cze[sś][cć]|ol[aá]|oi|bom dia|boa (?:tarde|noite)|namaste|merhaba|hej|ahoj|salam)\b[\s:,!.-]*)|"
+    # "one rule for you:", "new rule:": what follows is the rule
+    r"(?:(?:and )?(?:one|a|another|new|my|quick)\s+(?:rule|request)(?:\s+for\s+you)?\s*:\s*)|"
     # "this is kind of a weird request but ...": what follows is the request
     r"(?:(?:this is |it's |its )?(?:kind of |kinda |a bit of )?an? (?:weird|strange|odd|small|quick|random|silly) "
     r"(?:request|ask|one)\b,?(?:\s+but\b)?[\s:,!.-]*)|"
@@ -555,6 +557,8 @@ def explicit_preference(sentence: str) -> str | None:
         return None
     if re.search(r"\b(?:not|n't) (?:always|ever)\b", s, re.I):
         return None  # "I don't always ..." is not a rule
+    if len(words(s)) < 2:
+        return None  # "Always." after a rule says it again; alone it says nothing
     if s.rstrip().endswith("?") and not (
         re.match(r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b", s, re.I)
         or re.match(_NOT_WHEN_YOU_REPLY, s, re.I)
@@ -1252,7 +1256,12 @@ class RulesPolicy:
             and not _VERDICT.match(bodies[i])
             and not _with_me_now(bodies[i])
             # "yes spanish.": a one-word answer to the assistant's question
-            and not (len(words(bodies[i])) <= 1 and phrasing.is_english(bodies[i]) and _ANSWER.match(said[i]))
+            # ... or a one-word reaction ("crying. ok thank you"); "Vegetarian." alone is a fact
+            and not (
+                len(words(bodies[i])) <= 1
+                and phrasing.is_english(bodies[i])
+                and (_ANSWER.match(said[i]) or _REACTION.match(bodies[i]))
+            )
             and _addressed(bodies[i])
         ]
 
@@ -2193,6 +2202,7 @@ _JUST_NOW = re.compile(r"(?<!\bfrom )(?<!\bby )(?<!\buntil )\bnow\b(?! on\b| and
 _CLAUSE_AFTER = re.compile(r"[,;:\u2013\u2014]\s*(?!(?:please|always|thanks|from now on|going forward)\b)\w", re.I)
 
 
+_REACTION = re.compile(r"^\W*\w+ing\W*$", re.I)  # "crying.", "dying lol": how the user feels about the answer
 _ANSWER = re.compile(r"^\W*(?:yes|yeah|yep|yup|no|nope|sure|ok|okay)\b", re.I)  # a reply to the assistant's question
 
 
