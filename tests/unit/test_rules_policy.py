@@ -2265,6 +2265,14 @@ async def test_what_comes_before_a_rule_is_not_its_memory_text(said: str, kept: 
     assert [m.text for m in memories] == [kept]
 
 
+@pytest.mark.parametrize("thanks", ["Muchas gracias, muy amable.", "muito bem, obrigado", "ya quedó gracias"])
+async def test_thanks_in_another_language_is_no_hint_to_repeat(thanks: str) -> None:
+    memories, working = await remember(
+        ["I am a retired teacher from Valparaíso, I taught history for 38 years."], [thanks]
+    )
+    assert memories == [] and all("teacher" in h.statement for h in working.hypotheses)
+
+
 async def test_always_alone_after_a_rule_is_no_second_memory() -> None:
     memories, _ = await remember(["One rule for you: always give me weights in kilograms, not pounds. Always."])
     assert [m.text for m in memories] == ["Always give them weights in kilograms, not pounds."]

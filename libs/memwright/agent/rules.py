@@ -104,6 +104,7 @@ SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
 REPLY_SLOTS = frozenset({"reply_format", "reply_length", "tone"})  # a rule for some replies sits beside one for all
 # the user's facts, changed only when said of the user (a zone is as often asked for: "JST please")
 FACT_SLOTS = frozenset({"home", "job", "phone", "computer"})
+ACKNOWLEDGEMENT_WORDS = 6  # "Muchas gracias, muy amable." and as short: an answer to the assistant, no hint
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
@@ -936,6 +937,7 @@ def forget_request(sentence: str) -> str | None:
 
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
 from memwright.agent.lexicon import (  # noqa: E402
+    ACKNOWLEDGES,
     ENDED,
     HEDGED,
     INSTRUCTION,
@@ -1316,7 +1318,13 @@ class RulesPolicy:
                     if length <= BESIDE_WORDS:
                         roles[j] = "beside"
             return roles
-        mine = [i for i in sure if not OUTSIDERS.match(bodies[i]) and not _on_hand(bodies[i])]
+        mine = [
+            i
+            for i in sure
+            if not OUTSIDERS.match(bodies[i])
+            and not _on_hand(bodies[i])
+            and not (ACKNOWLEDGES.match(bodies[i]) and len(words(bodies[i])) <= ACKNOWLEDGEMENT_WORDS)
+        ]
         if not mine:
             return roles
         weak = max(mine, key=lambda i: kinds[i].p("weak") + kinds[i].p("standing"))
