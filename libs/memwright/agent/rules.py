@@ -2157,6 +2157,9 @@ _LIST_ENDS = re.compile(r"[.;:!?]|\s(?:so|but|because|since|which|that|who|for|t
 ON_HAND_SHARE = 0.6  # of the content words of the list that must be things in the kitchen
 
 
+_HOW_MUCH = frozenset({"literally", "only", "just", "like", "half", "some", "few", "couple", "bit", "little", "lots"})
+
+
 def _on_hand(body: str) -> bool:
     """What the user has in the kitchen today ("I have rice, eggs and some spinach."): a list after
     "I have" whose words are mostly things in the kitchen (data/words.toml `on_hand`), two at least;
@@ -2166,7 +2169,7 @@ def _on_hand(body: str) -> bool:
     if opening is None or _HABIT.search(body):
         return False
     listed = _LIST_ENDS.split(body[opening.end() :], maxsplit=1)[0]
-    said = [w for w in words(listed) if w not in STOP]
+    said = [w for w in words(listed) if w not in STOP and w not in _HOW_MUCH and not w.isdigit()]
     kitchen = [w for w in said if ON_HAND.fullmatch(w)]
     return len(kitchen) >= 2 and len(kitchen) >= ON_HAND_SHARE * len(said)
 
