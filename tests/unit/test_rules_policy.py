@@ -249,7 +249,7 @@ async def test_what_is_in_the_kitchen_today_is_neither_remembered_nor_held(messa
         ("We've got flour, sugar, butter and a bag of chocolate chips.", True),
         ("I have to watch my potassium, so fewer potatoes.", False),
         ("I always have oats for breakfast.", False),  # a habit
-        ("i have literally 3 eggs, leftover pasta, soy sauce and half a leek.", True),  # amounts are no words of it
+        ("i have literally 3 eggs, leftover pasta, soy sauce and half an onion.", True),  # amounts are no words of it
     ],
 )
 def test_only_the_contents_of_the_kitchen_are_on_hand(sentence: str, on_hand: bool) -> None:
