@@ -2341,11 +2341,43 @@ def test_never_as_a_rule_not_as_what_has_not_happened() -> None:
         ("I'm planning my meals around my type 2 diabetes.", "diabetes"),
         ("I'm allergic to tree nuts, which includes almonds and cashews.", "almonds"),
         ("Suggest some weeknight dinners for our gluten-free household.", "gluten-free"),  # "our" home
+        # the eighteenth round's review: the same for its rules
+        ("I'm a night nurse. Remember that. What should I eat before a shift?", "nurse"),  # points back
+        ("We have two boys. They're both vegetarian, so no meat in meal plans.", "vegetarian"),  # "they" and a rule
+        ("My partner really likes it when you keep answers short, so keep them short.", "short"),
+        ("It's not what I asked, I only eat halal.", "halal"),  # a verdict and a fact
+        ("Keep answers short (unless I ask for detail, then go long).", "unless"),  # an exception stays
+        ("I'll be using Linux for everything.", "Linux"),
+        ("best way to contact me is email, not phone.", "email"),
+        ("My motto: 'never work on a Sunday, whatever happens.' Plan my week.", "Sunday"),  # the user's own quote
+        ("I need something low-carb, I'm diabetic.", "diabetic"),
+        ("Could you not use emojis when you write to me, ever?", "emojis"),
+        ("could you call me Captain from now on?", "Captain"),
     ],
 )
 async def test_a_lasting_fact_said_with_words_of_the_moment_is_still_remembered(said: str, word: str) -> None:
     memories, _ = await remember([said])
     assert any(word in m.text for m in memories), [m.text for m in memories]
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Remember this: my flight is tomorrow at 6am.",  # said to the memory, and about the task at hand
+        "Could you not use the word 'delve' when you write my cover letter?",  # one piece of work
+        "What's a good gift for my dad (he's turning 60 and I'm broke)?",  # an aside about someone else
+    ],
+)
+async def test_the_eighteenth_rounds_review_no_memory_from_these(said: str) -> None:
+    memories, _ = await remember([said])
+    assert memories == [], [m.text for m in memories]
+
+
+async def test_an_edit_with_a_lasting_reason_still_changes_the_memory() -> None:
+    memories, _ = await remember(
+        ["Always address me as Mr Smith."], ["change 'Mr' to 'Dr' from now on, I finished my PhD."]
+    )
+    assert len(memories) == 1 and "Dr" in memories[0].text
 
 
 async def test_a_one_word_reply_to_a_question_of_the_assistant_is_an_answer_only_after_yes_or_no() -> None:

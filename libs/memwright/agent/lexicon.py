@@ -29,7 +29,13 @@ OLD_VALUE = word_pattern("old_value")  # a value the user had before ("my old fl
 TEMPORARY = word_pattern("temporary")  # for a while only ("for the weekend"): no slot filled now
 SLOT_WORDS = word_pattern("slot_words")  # words of a slot itself, not of its value ("time", "phone")
 ON_HAND = word_pattern("on_hand")  # what is in the kitchen today: the stuff of the task at hand
-ACKNOWLEDGES = word_pattern("acknowledgements", anchored=True)  # "Muchas gracias, muy amable.": an answer
+# "Muchas gracias, muy amable.", "muito bem, obrigado": nothing but thanks and "ok", an answer to the assistant
+ONLY_ACKNOWLEDGES = re.compile(
+    r"^(?:\W*(?:"
+    + "|".join(sorted((re.escape(w) for w in WORDS["acknowledgements"]), key=len, reverse=True))
+    + r")\b)+\W*$",
+    re.IGNORECASE,
+)
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 HEDGED = word_pattern("hedged")  # maybe, some day: changes no memory
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household

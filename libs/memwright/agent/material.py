@@ -72,6 +72,14 @@ def _introduces_material(request: str) -> bool:
     return not _FROM_NOW_ON.search(last)  # a rule and what it asks for: "Write this way from now on: short."
 
 
+# what introduces a quotation of the user's own: "My motto: '...'", "Keep this in mind going forward: '...'"
+_OWN_RULE_BEFORE = re.compile(
+    r"(?:\b(?:my|our)\s+(?:[\w-]+\s+)?(?:rule|motto|order|policy|mantra|principle)|\bin mind(?: going forward)?|"
+    r"\bremember this|\bnote this|\bfor the future)\W*$",
+    re.I,
+)
+
+
 def own_words(text: str) -> str:
     """The message without code, the material a request introduces, and long quotations in a
     request, right after one, or in another language (whose requests these patterns cannot read)
@@ -85,6 +93,8 @@ def own_words(text: str) -> str:
 
     def handed_over(quote: re.Match[str]) -> str:
         before = _SENTENCE_END.split(s[: quote.start()].strip())[-1]
+        if _OWN_RULE_BEFORE.search(before):
+            return quote.group(0)  # "My motto: 'never work on a Sunday.' Plan my week.": the user's own words
         after = _SENTENCE_END.split(s[quote.end() :].strip(), maxsplit=1)[0]  # "'...' Make it sound warmer."
         asked = anywhere or is_request(before) or is_request(after)
         return "…" if asked and len(quote.group(0).split()) >= QUOTE_WORDS else quote.group(0)
@@ -154,14 +164,14 @@ def works_on_this(sentence: str) -> bool:
 
 _SURPRISE = re.compile(r"\?\s*\?$")
 _WH_WORD = re.compile(r"\b(?:what|how|why|where|when|which|who)\b", re.I)
-_I_SAY = re.compile(r"\b(?:i|i'm|im|i've|ive|we|we're|my)\b", re.I)
+_I_SAY = re.compile(r"\b(?:i|i'm|im|i've|ive|me|my|we|we're)\b", re.I)
 
 
 def ends_asking(text: str) -> bool:
     """Whether `text` ends in a question mark that asks: not the surprised "??" of a statement ("my
     partner got me into horror films and I love them now??"), one with no wh-word and the user in it."""
     s = text.strip().replace("\uff1f", "?")  # the full-width question mark of Chinese and Japanese
-    # ... said of the user ("tips to stay awake past 3am without 4 coffees??" asks)
+    # ... said of the user ("tips to stay awake past 3am without 4 coffees??", "dinner tonight??" ask)
     return s.endswith("?") and not (_SURPRISE.search(s) and not _WH_WORD.search(s) and _I_SAY.search(s))
 
 
@@ -194,7 +204,8 @@ _FOLLOW_UP = re.compile(
 )
 # a question typed as its noun phrase: "cheapest way to send money home from Rotterdam"
 _BEST_WAY = re.compile(
-    r"^(?:the\s+)?(?:best|cheapest|fastest|quickest|easiest|simplest|safest|right|proper)\s+(?:way|place|time)\s+to\b",
+    r"^(?:the\s+)?(?:best|cheapest|fastest|quickest|easiest|simplest|safest|right|proper)\s+(?:way|place|time)\s+to\b"
+    r"(?![^?,]*\b(?:is|are|'s)\b)",  # not "best way to contact me is email"
     re.I,
 )
 

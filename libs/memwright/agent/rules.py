@@ -104,7 +104,6 @@ SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
 REPLY_SLOTS = frozenset({"reply_format", "reply_length", "tone"})  # a rule for some replies sits beside one for all
 # the user's facts, changed only when said of the user (a zone is as often asked for: "JST please")
 FACT_SLOTS = frozenset({"home", "job", "phone", "computer"})
-ACKNOWLEDGEMENT_WORDS = 6  # "Muchas gracias, muy amable." and as short: an answer to the assistant, no hint
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
 ROLEPLAY_KEY = "roleplay"  # a transcript entry {conversation: frame} for role-plays that outlast a window
 
@@ -130,7 +129,7 @@ _OPENER = (
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
-    r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|"
+    r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|"
     # greetings and thanks in other languages before English ("Cześć. Call me Tomek")
     r"gracias|merci|danke|grazie|obrigad[oa]|salamat|asante|"
     r"hola|buen[oa]s(?: d[ií]as| tardes| noches)?|bonjour|bonsoir|salut|hallo|guten (?:morgen|tag|abend)|servus|"
@@ -234,26 +233,44 @@ def sentences(text: str) -> list[str]:
     pieces.append(text[start:])
     out: list[str] = []
     for piece in (s.strip() for s in pieces if s.strip()):
-        if out and _lead_in_alone(out[-1]):  # "Something you should know for the future. I'm diabetic."
+        # "Something you should know for the future. I'm diabetic." (not "I'm vegan. Keep that in mind. ...":
+        # that points back)
+        if out and _lead_in_alone(out[-1]) and not (len(out) >= 2 and _BARE_POINTER.match(out[-1])):
             out[-1] = f"{out[-1].rstrip('.! ')}: {piece}"
             continue
         out += _asides_lifted(piece)
     return out
 
 
+def _gives_a_fact(body: str) -> bool:
+    """Whether a clause after the first speaks of the user: "I need something low-carb, I'm diabetic."."""
+    return any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
+
+
 def _asides_lifted(sentence: str) -> list[str]:
-    """The sentence, and each aside of the user's in brackets after it as a sentence of its own: "ideas
-    for where to eat (I eat fish these days, so ...), and is the card worth it?"."""
-    asides = [m for m in _ASIDE_OF_SELF.finditer(sentence) if _SUBJECT_SELF.search(m.group(1))]
+    """The sentence, and each aside of the user's in brackets inside a request or a question as a
+    sentence of its own: "ideas for where to eat (I eat fish these days, so ...), and is the card worth
+    it?". Not an exception to a rule ("Keep answers short (unless I ask for detail)."), nor an aside
+    about this time ("Find me a hotel (I'm travelling with my mum this time)")."""
+    asides = [
+        m
+        for m in _ASIDE_OF_SELF.finditer(sentence)
+        if _ASIDE_OPENS_WITH_SELF.match(m.group(1)) and not _task_bound(m.group(1))
+    ]
     if not asides:
         return [sentence]
     lifted = {m.span() for m in asides}
-    rest = _ASIDE_OF_SELF.sub(lambda m: "" if m.span() in lifted else m.group(0), sentence)
-    return [re.sub(r"\s+([,.;:!?])", r"\1", rest).strip(), *(m.group(1).strip() for m in asides)]
+    rest = re.sub(
+        r"\s+([,.;:!?])", r"\1", _ASIDE_OF_SELF.sub(lambda m: "" if m.span() in lifted else m.group(0), sentence)
+    )
+    if not (material.asks(rest) or material.is_request(rest)) or explicit_preference(rest):
+        return [sentence]
+    return [rest.strip(), *(m.group(1).strip() for m in asides)]
 
 
-# an aside in brackets, long enough to say something of its own and no code
+# an aside in brackets, long enough to say something of its own and no code, that opens with the user
 _ASIDE_OF_SELF = re.compile(r"\s*\(([^()=;{}]{20,})\)")
+_ASIDE_OPENS_WITH_SELF = re.compile(r"^\W*(?:i|i'm|im|i've|ive|i'd|we|we're|my)\b", re.I)
 
 
 def _lead_in_alone(sentence: str) -> bool:
@@ -420,7 +437,7 @@ _INTENSIFIER = "really|absolutely|just|honestly|genuinely|truly|totally|real|str
 # a rule asked as a question: "could you not use exclamation marks when you reply to me?"
 _NOT_WHEN_YOU_REPLY = (
     r"^(?:can|could|would|will) you (?:please )?not \w+\b.*\b(?:when|whenever) you "
-    r"(?:reply|answer|respond|write|talk)\b"
+    r"(?:reply|answer|respond|write|talk)(?:\s+(?:to\s+)?(?:me|us))?\W*(?:(?:like )?ever\W*)?$"
 )
 _EXPLICIT = [
     re.compile(p, re.IGNORECASE)
@@ -562,6 +579,7 @@ def explicit_preference(sentence: str) -> str | None:
         return None  # "Always." after a rule says it again; alone it says nothing
     if s.rstrip().endswith("?") and not (
         re.match(r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b", s, re.I)
+        or re.match(r"^(?:can|could|would|will) you\b.*\b(?:from now on|going forward)\W*$", s, re.I)
         or re.match(_NOT_WHEN_YOU_REPLY, s, re.I)
     ):
         ask = _ASKS_AFTER.search(s)  # "I'm allergic to shellfish so what's usually safe?": the statement
@@ -873,7 +891,7 @@ _CORRECTION = re.compile(
     re.IGNORECASE,
 )
 _ANAPHORA = re.compile(r"\b(?:that|it|this|those|them|these)\b", re.I)
-_ONLY_A_TOPIC = re.compile(r"^(?:on|about|re|regarding|concerning)\b[^,;:]*[.!]?$", re.I)
+_ONLY_A_TOPIC = re.compile(r"^(?:on|about|re|regarding|concerning)(?:\s+[\w'-]+){1,5}[.!]?$", re.I)
 _NOW = re.compile(r"\b(?:now|these days|nowadays|at the moment|currently|recently|lately|anymore)\b", re.I)
 
 
@@ -937,13 +955,13 @@ def forget_request(sentence: str) -> str | None:
 
 from memwright.agent import phrasing  # noqa: E402  (phrasing builds on the functions above)
 from memwright.agent.lexicon import (  # noqa: E402
-    ACKNOWLEDGES,
     ENDED,
     HEDGED,
     INSTRUCTION,
     NOT_CHANGE,
     OLD_VALUE,
     ON_HAND,
+    ONLY_ACKNOWLEDGES,
     OUTSIDERS,
     REPLIES,
     REQUEST_FRAME,
@@ -1124,7 +1142,7 @@ class RulesPolicy:
             changing = CORRECTED
             if len(words(body)) < 2 or re.match(r"^i(?:'ve| have)? changed my mind\W*$", body, re.I):
                 return [], ""  # "Actually, I've changed my mind." -- the next sentence says how
-            if _ONLY_A_TOPIC.match(body) and not _SUBJECT_SELF.search(body):
+            if _ONLY_A_TOPIC.match(body) and not _SUBJECT_SELF.search(body) and not standing_words(body):
                 return [], ""  # "Change of plan on the long answers." -- what changes; the next sentence says how
 
         pref = explicit_preference(body)
@@ -1134,6 +1152,7 @@ class RulesPolicy:
             and to_the_memory(sentence)
             and content_words(body)
             and not material.asks(body)
+            and not _task_bound(body)  # "Remember this: my flight is tomorrow at 6am."
         ):
             pref = as_memory(body)  # "One thing you should know for always: I fast Mondays ...", beside another rule
         silenced = pref is None or (
@@ -1252,7 +1271,7 @@ class RulesPolicy:
             for i in fresh
             if not _about_the_request(said, i)
             and not _task_bound(bodies[i])
-            and not (REQUEST_FRAME.match(bodies[i]) and not _HABIT.search(bodies[i]))
+            and not (REQUEST_FRAME.match(bodies[i]) and not _HABIT.search(bodies[i]) and not _gives_a_fact(bodies[i]))
             and not _holds_a_question(bodies[i])
             and not _someone_elses(bodies[i])
             and not _VERDICT.match(bodies[i])
@@ -1321,9 +1340,7 @@ class RulesPolicy:
         mine = [
             i
             for i in sure
-            if not OUTSIDERS.match(bodies[i])
-            and not _on_hand(bodies[i])
-            and not (ACKNOWLEDGES.match(bodies[i]) and len(words(bodies[i])) <= ACKNOWLEDGEMENT_WORDS)
+            if not OUTSIDERS.match(bodies[i]) and not _on_hand(bodies[i]) and not ONLY_ACKNOWLEDGES.match(bodies[i])
         ]
         if not mine:
             return roles
@@ -2181,7 +2198,8 @@ def _task_bound(body: str) -> bool:
     work on the text at hand and says nothing else of the user ("Rewrite this for my bio.", not
     "Fix this, I'm dyslexic so check spelling carefully.")."""
     on_this = material.works_on_this(body) and not any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
-    plan = _PLAN_AHEAD.match(body) is not None and not standing_words(body)  # "i'll be hauling them home on the tram"
+    # "i'll be hauling them home on the tram" (not "I'll be using Linux for everything")
+    plan = _PLAN_AHEAD.match(body) is not None and _THE_THINGS.search(body) is not None and not standing_words(body)
     moment = _THE_MOMENT.search(body) is not None and not standing_words(body)  # "it's minus 41 this morning"
     return (scoped(body) or on_this or plan or moment or _on_hand(body)) and not _HABIT.search(body)
 
@@ -2193,6 +2211,7 @@ _THE_MOMENT = re.compile(
 
 
 # what the user is about to do: the errand at hand, not a habit ("I'll always ..." has standing words)
+_THE_THINGS = re.compile(r"\b(?:them|it|these|those)\b", re.I)
 _PLAN_AHEAD = re.compile(r"^(?:i'll|ill|i will|i'm going to|im going to|i'm gonna|im gonna|gonna) be\b", re.I)
 
 
@@ -2496,9 +2515,11 @@ def _may_change(sentence: str) -> bool:
     body = strip_lead_in(sentence)
     if UNSURE.search(body) or HEDGED.search(body) or _about_someone_else(body):
         return False
-    if material.asks(body) or material.asks_for_something(body) or _EDIT.match(body):
+    if material.asks(body) or material.asks_for_something(body):
         return False
     pieces = phrasing.clause_pieces(body)
+    if _EDIT.match(body) and not standing_words(body) and not any(_speaks_of_self(c) for c in pieces[1:]):
+        return False  # "change 'valued customers' to 'our customers'" (not "... from now on, I finished my PhD")
     requests = [c for c in pieces[1:] if material.is_request(c)]
     changed_outside = any(
         says_changed(c) or ENDED.search(c) or re.search(r"\b(?:is|are|'s) history\b", c)
@@ -2589,6 +2610,7 @@ _ASKS_ANYWAY = re.compile(
 )
 
 
+_WE_OR_YOU = re.compile(r"\b(?:we|we're|us|our|my|you|your|so no|please)\b", re.I)
 _HE_OR_SHE = re.compile(r"^(?:he|she|they)\b", re.I)  # "They can't do much walking." of the parents named before
 
 
@@ -2606,7 +2628,9 @@ def _someone_elses(body: str) -> bool:
     is not in it ("She can't stand horror." of a friend the message named), or says what someone else
     says: never a standing preference of the user."""
     them = _HE_OR_SHE.match(body) or THEIR_TASTE.match(body)
-    return (them is not None and _USER_IN_IT.search(body, them.end()) is None) or _THEY_SAY.match(body) is not None
+    if them is not None and (_WE_OR_YOU.search(body, them.end()) or _USER_IN_IT.search(body, them.end())):
+        return False  # "They're both vegetarian, so no meat in meal plans.", "My wife loves it when you use emojis"
+    return them is not None or _THEY_SAY.match(body) is not None
 
 
 def _says_stopped(text: str) -> bool:
@@ -2663,7 +2687,7 @@ _VERDICT = re.compile(
     # "mate thats the american code, no use to me": the answer missed
     r"|^(?:(?:mate|dude|man|bro|nah|no)[,\s]+)?(?:this|that|it)(?:'s|s| is| was)\s[^.!?]*?\b(?:no use|useless|"
     r"wrong|irrelevant|not (?:helpful|useful|right|what i (?:asked|meant|wanted|need|needed)))\b"
-    rf"{_NO_OWN_CLAUSE}"
+    r"(?![^.]*,\s*(?:but |and |so )?(?:i|i'm|im|i've|i don't|i dont|we|we're|my)\b)"
     # "perfect for my 4 shifts": the answer fits what it was for, one clause and no more
     r"|^(?:perfect|ideal|just right|exactly right)\s+for\b[^,;:.!?]*[.!]*$",
     re.I,
