@@ -121,6 +121,7 @@ _FOR_THE_MEMORY = (
     r"(?:(?:remember|keep\s+in\s+mind)(?:\s+about\s+(?:me|us)|\s+for\s+the\s+future|\s+going\s+forward)?|"
     r"(?:know|note)\s+(?:about\s+(?:me|us)|for\s+the\s+future|for\s+always|going\s+forward))\s*:\s*)"
 )
+_GREETINGS = "|".join(sorted((re.escape(w) for w in WORDS["greetings"]), key=len, reverse=True))
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
 _OPENER = (
@@ -130,10 +131,8 @@ _OPENER = (
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|"
-    # greetings and thanks in other languages before English ("Cześć. Call me Tomek")
-    r"gracias|merci|danke|grazie|obrigad[oa]|salamat|asante|"
-    r"hola|buen[oa]s(?: d[ií]as| tardes| noches)?|bonjour|bonsoir|salut|hallo|guten (?:morgen|tag|abend)|servus|"
-    r"ciao|buongiorno|cze[sś][cć]|ol[aá]|oi|bom dia|boa (?:tarde|noite)|namaste|merhaba|hej|ahoj|salam)\b[\s:,!.-]*)|"
+    # greetings and thanks in other languages before English ("Cześć. Call me Tomek"; words.toml)
+    rf"{_GREETINGS})\b[\s:,!.-]*)|"
     # "one rule for you:", "new rule:": what follows is the rule
     r"(?:(?:and )?(?:one|a|another|new|my|quick)\s+(?:rule|request)(?:\s+for\s+you)?\s*:\s*)|"
     # "this is kind of a weird request but ...": what follows is the request
@@ -240,11 +239,6 @@ def sentences(text: str) -> list[str]:
             continue
         out += _asides_lifted(piece)
     return out
-
-
-def _gives_a_fact(body: str) -> bool:
-    """Whether a clause after the first speaks of the user: "I need something low-carb, I'm diabetic."."""
-    return any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
 
 
 def _asides_lifted(sentence: str) -> list[str]:
@@ -2189,6 +2183,11 @@ def _on_hand(body: str) -> bool:
     said = [w for w in words(listed) if w not in STOP and w not in _HOW_MUCH and not w.isdigit()]
     kitchen = [w for w in said if ON_HAND.fullmatch(w)]
     return len(kitchen) >= 2 and len(kitchen) >= ON_HAND_SHARE * len(said)
+
+
+def _gives_a_fact(body: str) -> bool:
+    """Whether a clause after the first speaks of the user: "I need something low-carb, I'm diabetic."."""
+    return any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
 
 
 def _task_bound(body: str) -> bool:
