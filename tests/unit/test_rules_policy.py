@@ -1639,6 +1639,15 @@ def test_a_later_sentence_of_a_memory_starts_with_a_capital() -> None:
     assert rules.as_memory("Keep it short. they're busy") == "Keep it short. They're busy."
 
 
+def test_a_present_tense_that_ends_in_ed_is_third_person_in_a_memory() -> None:
+    assert (
+        rules.as_memory("I need large print on anything you make me")
+        == "User needs large print on anything you make them."
+    )
+    assert rules.as_memory("I agreed to cover Fridays") == "User agreed to cover Fridays."  # a past one keeps its form
+    assert rules._they("or am I just not cut out for this") == "or are they just not cut out for this"
+
+
 def test_the_users_will_is_third_person_in_a_memory() -> None:
     assert rules.as_memory("i'll always need step-free access") == "User will always need step-free access."
     assert rules.as_memory("I will never eat pork") == "User will never eat pork."

@@ -312,6 +312,8 @@ _IRREGULAR = {
     "wont": "won't",
     "'m": "is",
 }
+# present tenses that end as a past one does ("I need glasses" -> "User needs glasses")
+_PRESENT_IN_ED = frozenset("need feed bleed breed speed heed succeed proceed exceed embed shed shred".split())
 _UNCHANGED = frozenset(  # modals and past tenses keep their form after "User"
     "can't won't can will would should could must might was meant said told had did went got made thought "
     "knew left began became wrote read took gave found felt kept ran quit grew saw came bought brought caught "
@@ -327,7 +329,7 @@ def third_person(verb: str) -> str:
     low = verb.lower()
     if low in _IRREGULAR:
         return _IRREGULAR[low]
-    if low in _UNCHANGED or low.endswith("ed") or not low.isalpha():
+    if low in _UNCHANGED or (low.endswith("ed") and low not in _PRESENT_IN_ED) or not low.isalpha():
         return verb
     if low.endswith(("s", "sh", "ch", "x", "z", "o")):
         return verb + "es"
@@ -412,6 +414,7 @@ def _they_outside_quotations(text: str) -> str:
         (r"\bI'd\b", "they'd"),
         (r"\bI'll\b", "they'll"),
         (r"\bI was\b", "they were"),
+        (r"\bam I\b", "are they"),
         (r"\bI wasn['\u2019]t\b", "they weren't"),
         (r"\bI\b", "they"),
         (r"\bmyself\b", "themselves"),
