@@ -13,11 +13,15 @@ from typing import Any
 WORDS: dict[str, Any] = tomllib.loads((Path(__file__).parent / "data" / "words.toml").read_text())
 
 
+def alternatives(name: str) -> str:
+    """One list as a regex alternation, longest first (so "muchas gracias" wins over "gracias")."""
+    return "|".join(sorted((re.escape(w) for w in WORDS[name]), key=len, reverse=True))
+
+
 def word_pattern(name: str, anchored: bool = False, case: bool = False) -> re.Pattern[str]:
     """One list as a pattern; `anchored`: only at the start of the text; `case`: as written."""
-    alternatives = sorted((re.escape(w) for w in WORDS[name]), key=len, reverse=True)
     flags = 0 if case else re.IGNORECASE
-    return re.compile(("^" if anchored else r"\b") + "(?:" + "|".join(alternatives) + r")\b", flags)
+    return re.compile(("^" if anchored else r"\b") + "(?:" + alternatives(name) + r")\b", flags)
 
 
 CHANGE = word_pattern("change")  # something changed: a close memory is updated, not added to
@@ -30,12 +34,7 @@ TEMPORARY = word_pattern("temporary")  # for a while only ("for the weekend"): n
 SLOT_WORDS = word_pattern("slot_words")  # words of a slot itself, not of its value ("time", "phone")
 ON_HAND = word_pattern("on_hand")  # what is in the kitchen today: the stuff of the task at hand
 # "Muchas gracias, muy amable.", "muito bem, obrigado": nothing but thanks and "ok", an answer to the assistant
-ONLY_ACKNOWLEDGES = re.compile(
-    r"^(?:\W*(?:"
-    + "|".join(sorted((re.escape(w) for w in WORDS["acknowledgements"]), key=len, reverse=True))
-    + r")\b)+\W*$",
-    re.IGNORECASE,
-)
+ONLY_ACKNOWLEDGES = re.compile(rf"^(?:\W*(?:{alternatives('acknowledgements')})\b)+\W*$", re.IGNORECASE)
 UNSURE = word_pattern("unsure")  # musing and doubt: no preference, no fact
 HEDGED = word_pattern("hedged")  # maybe, some day: changes no memory
 OUTSIDERS = word_pattern("outsiders", anchored=True)  # about someone outside the household
@@ -54,7 +53,7 @@ SOMEONE_ELSE = re.compile(rf"^(?:(?:my|our|user's|their)\s+(?:{_PEOPLE})\b|(?:he
 # the user's taste; their needs stay the household's ("my husband uses a wheelchair", "my son is allergic")
 THEIR_TASTE = re.compile(
     rf"^(?:my|our)\s+(?:{_PEOPLE})\s+(?:really\s+|absolutely\s+|just\s+)?"
-    rf"(?:{'|'.join(re.escape(w) for w in WORDS['their_taste'])})\b",
+    rf"(?:{alternatives('their_taste')})\b",
     re.IGNORECASE,
 )
 INSTRUCTION = word_pattern("instruction_verbs", anchored=True)  # "Keep recipes short.": to the assistant

@@ -64,7 +64,7 @@ import numpy as np
 
 from memwright.agent import guard, material, replace, slots
 from memwright.agent.classify import FIRST_PERSON, Detector, SentenceType, shared_detector
-from memwright.agent.lexicon import WORDS
+from memwright.agent.lexicon import WORDS, alternatives
 from memwright.agent.tools import MAX_MEMORY_CHARS, Memory, MemoryTools, Message
 from memwright.agent.working import FADE_AFTER, Hypothesis, hypothesis_id
 from memwright.embeddings import cosine, hashing_embed
@@ -121,7 +121,7 @@ _FOR_THE_MEMORY = (
     r"(?:(?:remember|keep\s+in\s+mind)(?:\s+about\s+(?:me|us)|\s+for\s+the\s+future|\s+going\s+forward)?|"
     r"(?:know|note)\s+(?:about\s+(?:me|us)|for\s+the\s+future|for\s+always|going\s+forward))\s*:\s*)"
 )
-_GREETINGS = "|".join(sorted((re.escape(w) for w in WORDS["greetings"]), key=len, reverse=True))
+_GREETINGS = alternatives("greetings")
 # "no" and "nope" only as an interjection ("No, I meant ..."): before a noun they negate it ("no
 # follow-up questions" must not become "Follow-up questions.")
 _OPENER = (
@@ -436,6 +436,13 @@ _NOT_WHEN_YOU_REPLY = (
     r"^(?:can|could|would|will) you (?:please )?not \w+\b.*\b(?:when|whenever) you "
     r"(?:reply|answer|respond|write|talk)(?:\s+(?:to\s+)?(?:me|us))?\W*(?:(?:like )?ever\W*)?$"
 )
+# a rule asked as a question ("Could you always answer in metric?", "could you call me Captain from now on?")
+_RULE_ASKED = re.compile(
+    r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b"
+    r"|^(?:can|could|would|will) you\b.*\b(?:from now on|going forward)\W*$"
+    rf"|{_NOT_WHEN_YOU_REPLY}",
+    re.I,
+)
 _EXPLICIT = [
     re.compile(p, re.IGNORECASE)
     for p in (
@@ -574,11 +581,7 @@ def explicit_preference(sentence: str) -> str | None:
         return None  # "I don't always ..." is not a rule
     if len(words(s)) < 2:
         return None  # "Always." after a rule says it again; alone it says nothing
-    if s.rstrip().endswith("?") and not (
-        re.match(r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b", s, re.I)
-        or re.match(r"^(?:can|could|would|will) you\b.*\b(?:from now on|going forward)\W*$", s, re.I)
-        or re.match(_NOT_WHEN_YOU_REPLY, s, re.I)
-    ):
+    if s.rstrip().endswith("?") and not _RULE_ASKED.match(s):
         ask = _ASKS_AFTER.search(s)  # "I'm allergic to shellfish so what's usually safe?": the statement
         return explicit_preference(s[: ask.start()]) if ask and len(words(s[: ask.start()])) >= 3 else None
     if re.search(r"\b(?:if|whether|maybe|perhaps|might|wonder)\b.*\b(?:prefer|rather)\b", s, re.I):
@@ -2199,7 +2202,7 @@ def _task_bound(body: str) -> bool:
     the user is about to do ("I'll be hauling them home on the tram"); or it asks for
     work on the text at hand and says nothing else of the user ("Rewrite this for my bio.", not
     "Fix this, I'm dyslexic so check spelling carefully.")."""
-    on_this = material.works_on_this(body) and not any(_speaks_of_self(c) for c in phrasing.clause_pieces(body)[1:])
+    on_this = material.works_on_this(body) and not _gives_a_fact(body)
     # "i'll be hauling them home on the tram" (not "I'll be using Linux for everything")
     plan = _PLAN_AHEAD.match(body) is not None and _THE_THINGS.search(body) is not None and not standing_words(body)
     moment = _THE_MOMENT.search(body) is not None and not standing_words(body)  # "it's minus 41 this morning"
@@ -2520,7 +2523,7 @@ def _may_change(sentence: str) -> bool:
     if material.asks(body) or material.asks_for_something(body):
         return False
     pieces = phrasing.clause_pieces(body)
-    if _EDIT.match(body) and not standing_words(body) and not any(_speaks_of_self(c) for c in pieces[1:]):
+    if _EDIT.match(body) and not standing_words(body) and not _gives_a_fact(body):
         return False  # "change 'valued customers' to 'our customers'" (not "... from now on, I finished my PhD")
     requests = [c for c in pieces[1:] if material.is_request(c)]
     changed_outside = any(
