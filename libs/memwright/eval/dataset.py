@@ -53,6 +53,9 @@ DEFAULT_DATASET = "memories.jsonl"
 # "probe7": 80 more users from the same spec by two more such helpers, written in the eighteenth round
 # after its rules: measured untuned at the round's start and at its code, to say whether the round's
 # rules carry over to people no one tuned on.
+# "probe8": 80 users by two new such helpers for the nineteenth round, weighted to updates (32 update
+# users: changes said outright, implied, buried in a long request, or of a rule for the assistant);
+# measured untuned at the round's start before its findings were read, then tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -73,6 +76,7 @@ SPLITS = {
     "precision": "precision_probe.jsonl",
     "probe6": "probe6.jsonl",
     "probe7": "probe7.jsonl",
+    "probe8": "probe8.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
