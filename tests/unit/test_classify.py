@@ -268,6 +268,21 @@ def test_an_update_drops_each_piece_that_speaks_of_the_old_value_only(said: str,
         ),
         ("I quit Google and the startup pays better", "User works at Google.", "the startup pays better"),  # no verb
         ("I'm no longer vegan and eating fish most days", "User is vegan.", "I'm eating fish most days"),
+        (  # "they're" of the memory's own third person is no word of the old value
+            "my iron was low so they've started eating chicken and salmon twice a week, and some red meat",
+            "Plot twist, they're not vegetarian anymore.",
+            "my iron was low so they've started eating chicken and salmon twice a week, and some red meat",
+        ),
+        (  # "forget the X" and "rehome" say the old value is gone
+            "the grids got tiring, so forget the tables, I want plain paragraphs",
+            "User wants answers as tables.",
+            "the grids got tiring, I want plain paragraphs",
+        ),
+        (
+            "we had to rehome Rex, and we adopted a grey rabbit called Moss",
+            "User has a dog called Rex.",
+            "we adopted a grey rabbit called Moss",
+        ),
     ],
 )
 def test_the_subject_of_a_dropped_piece_goes_only_onto_a_verb_after_and(said: str, old: str, new: str) -> None:

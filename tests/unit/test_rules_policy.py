@@ -117,6 +117,21 @@ def test_an_interjection_is_a_lead_in_only_before_punctuation(sentence: str, bod
     assert rules.strip_lead_in(sentence) == body
 
 
+@pytest.mark.parametrize(
+    ("sentence", "body"),
+    [
+        ("Update: I moved to Porto.", "I moved to Porto."),
+        ("quick update on the job front: I'm at a bakery now", "I'm at a bakery now"),
+        ("Correction to what I said last week: I don't own a car.", "I don't own a car."),
+        ("Big news, we adopted a cat.", "we adopted a cat."),
+        ("Plot twist, I'm not vegetarian anymore.", "I'm not vegetarian anymore."),
+        ("Updates to the API: what changed?", "Updates to the API: what changed?"),  # asked about, not news
+    ],
+)
+def test_news_of_a_change_is_a_lead_in_up_to_its_colon(sentence: str, body: str) -> None:
+    assert rules.strip_lead_in(sentence) == body
+
+
 @pytest.mark.parametrize("sentence", ONE_OFFS)
 async def test_a_one_off_is_forgotten(sentence: str) -> None:
     memories, working = await remember([sentence], [sentence.replace("today", "again")])
@@ -468,7 +483,18 @@ async def test_i_no_longer_rewrites_the_memory_in_the_users_words() -> None:
         ["I'm not vegan anymore, I eat fish now."],
     )
     [m] = memories
-    assert "not vegan anymore" in m.text and m.evidence == ["m1", "m2", "m3"]
+    # the new way, in the user's words; the clause that only says the old one ended is left out
+    assert m.text == "User eats fish now." and m.evidence == ["m1", "m2", "m3"]
+
+
+async def test_a_change_with_news_of_it_keeps_the_new_way_only() -> None:
+    memories, _ = await remember(
+        ["I'm vegetarian, so no meat in recipes please."],
+        ["Update: I'm not vegetarian anymore, my GP wants me on more iron so I eat chicken again now."],
+    )
+    [m] = memories
+    assert "chicken" in m.text and "vegetarian" not in m.text and "Update" not in m.text
+    assert m.evidence == ["m1", "m2"]
 
 
 async def test_forget_that_deletes_the_memory_and_cites_the_request() -> None:

@@ -118,6 +118,11 @@ _SUBJECT = re.compile(r"^(?:(?:i|he|she|we|they)(?:'m|'ve|'re|'s|'d)?|(?:my|our)
 _GOES_ON = re.compile(r"^(?:\w+ed|\w+ing|bought|got|took|went|began|became|found|made|now)\b", re.IGNORECASE)
 
 
+def _roots(text: str) -> set[str]:
+    """Content-word roots, without the "they" of the memory's own third person ("they're", "they've")."""
+    return rules.roots(text, shortest=1) - {"they"}
+
+
 def without_old(sentence: str, old_text: str) -> str:
     """The pieces of `sentence` that do not speak of the old value only: a piece naming a word of
     the old memory that no other piece uses, together with a word of the past ("done", "no longer",
@@ -126,12 +131,12 @@ def without_old(sentence: str, old_text: str) -> str:
     pieces, cuts = parts[::2], ["", *parts[1::2]]  # cuts[i] comes before pieces[i]
     if len(pieces) < 2:
         return sentence
-    old = rules.roots(old_text, shortest=1)
+    old = _roots(old_text)
     kept: list[str] = []
     subject = ""  # of a dropped piece, for the verb after its "and" ("... and started at ...")
     for i, piece in enumerate(pieces):
-        others = set().union(*(rules.roots(p, shortest=1) for j, p in enumerate(pieces) if j != i))
-        old_only = (rules.roots(piece, shortest=1) & old) - others
+        others = set().union(*(_roots(p) for j, p in enumerate(pieces) if j != i))
+        old_only = (_roots(piece) & old) - others
         if old_only and _PAST.search(lexicon.NOT_CHANGE.sub(" ", piece)):
             found = _SUBJECT.match(piece)
             and_after = i + 1 < len(pieces) and cuts[i + 1].strip().lower() == "and"

@@ -130,9 +130,13 @@ _OPENER = (
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
     r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
-    r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|"
+    r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|plot twist|"
     # greetings and thanks in other languages before English ("Cześć. Call me Tomek"; words.toml)
     rf"{_GREETINGS})\b[\s:,!.-]*)|"
+    # news of a change up to its colon: "Update:", "lol update on the coffee front:", "Correction to what I
+    # told you before:", "sad news," -- what follows is the change
+    r"(?:(?:[\w']+\s+){0,3}?(?:update|correction)(?:\s+(?:on|to|about)\s+[^:.!?]{1,40}?)?\s*:\s*)|"
+    r"(?:(?:sad|good|big|some|bad|great|exciting)\s+news\b\s*[:,!.-][\s:,!.-]*)|"
     # "one rule for you:", "new rule:": what follows is the rule
     r"(?:(?:and )?(?:one|a|another|new|my|quick)\s+(?:rule|request)(?:\s+for\s+you)?\s*:\s*)|"
     # "this is kind of a weird request but ...": what follows is the request
@@ -1779,10 +1783,11 @@ class RulesPolicy:
         the user's own words ("I no longer drink coffee" -> "User no longer drinks coffee.")."""
         text = old_text.rstrip(".")
         if not change.new:
-            return as_memory(change.clause)
+            return as_memory(phrasing.without_old(change.clause, old_text))
         old_relation = relation_of(old_text)
         if change.new_relation and old_relation and old_relation[0] != change.new_relation:
-            return as_memory(change.clause)  # "not vegan anymore, I eat fish now": not a new value of "is"
+            # "not vegan anymore, I eat fish now": not a new value of "is"; the new way in the user's words
+            return as_memory(phrasing.without_old(change.clause, old_text))
         new = change.new
         if change.old and re.search(rf"\b{re.escape(change.old)}\b", text, re.I):
             return re.sub(rf"\b{re.escape(change.old)}\b", new, text, flags=re.I) + "."
