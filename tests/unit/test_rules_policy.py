@@ -487,6 +487,35 @@ async def test_i_no_longer_rewrites_the_memory_in_the_users_words() -> None:
     assert m.text == "User eats fish now." and m.evidence == ["m1", "m2", "m3"]
 
 
+@pytest.mark.parametrize(
+    ("first", "then", "kept"),
+    [
+        (  # "from now on" and another value of the same topic, of the same thing: the rule changes
+            "I write nearly all my code in Ruby, so default to Ruby for code examples.",
+            "The whole team is on Kotlin, so Kotlin examples from now on.",
+            ["Kotlin"],
+        ),
+        (  # an editor named in two words is an editor; "a while ago" is no part of the new one
+            "I use VS Code for basically everything. which extensions for python?",
+            "moved over to helix a while ago. how do I get python linting working?",
+            ["User uses helix for"],
+        ),
+    ],
+)
+async def test_a_new_value_of_the_same_topic_replaces_the_rule(first: str, then: str, kept: list[str]) -> None:
+    memories, _ = await remember([first], [then])
+    [m] = memories
+    assert all(k in m.text for k in kept) and m.evidence == ["m1", "m2"]
+
+
+async def test_a_value_from_now_on_as_well_is_beside_the_rule() -> None:
+    memories, _ = await remember(
+        ["I write nearly all my code in Ruby, so default to Ruby for code examples."],
+        ["From now on give me Kotlin examples as well."],
+    )
+    assert len(memories) == 2
+
+
 async def test_a_change_with_news_of_it_keeps_the_new_way_only() -> None:
     memories, _ = await remember(
         ["I'm vegetarian, so no meat in recipes please."],

@@ -201,12 +201,23 @@ def content_words(text: str) -> set[str]:
     return {_stem(w) for w in words(text) if w not in STOP and len(w) > 1}
 
 
+# values of more than one word ("vs code"), found in the text as they are written in words.toml
+_CATEGORY_PHRASES = re.compile(
+    r"\b(?:" + "|".join(sorted((re.escape(w) for w in _CATEGORY_OF if " " in w), key=len, reverse=True)) + r")\b"
+)
+
+
+def _category_tokens(text: str) -> list[str]:
+    said = text.lower().replace("\u2019", "'")
+    return [*words(said), *_CATEGORY_PHRASES.findall(said)]
+
+
 def categories(text: str) -> set[str]:
-    return {_CATEGORY_OF[w] for w in words(text) if w in _CATEGORY_OF}
+    return {_CATEGORY_OF[w] for w in _category_tokens(text) if w in _CATEGORY_OF}
 
 
 def category_words(text: str, category: str) -> list[str]:
-    return [w for w in words(text) if _CATEGORY_OF.get(w) == category]
+    return [w for w in _category_tokens(text) if _CATEGORY_OF.get(w) == category]
 
 
 _NEGATIVE = re.compile(
@@ -696,6 +707,7 @@ _CUT = re.compile(
     r"\bwith\b|\bfrom\b|\bat\b|\bin\b|\bon\b|\bto\b|\bas\b|\bnow\b|\bthese days\b|\blately\b|\brecently\b|"
     r"\bnowadays\b|\ba lot\b|\bevery\b|\bmostly\b|\btoo\b|\bas well\b|\bthough\b|\banyway\b|\bagain\b|"
     r"\bdaily\b|\bmyself\b|\bany ?more\b|\binstead\b|\bif\b|\bthat\b|\ba few\b|\bago\b|\bthis\b|"
+    r"\ba (?:while|week|month|year|couple)\b|"  # "moved over to helix a while ago"
     r"\blast\b|\bright\b|\bfull[ -]time\b|\bby the way\b|\bbtw\b|\beven\b|\balthough\b|\bunless\b|"
     r"\buntil\b|\bespecially\b|\bhonestly\b|\bthen\b|\bor\b)",
     re.IGNORECASE,
@@ -1906,11 +1918,14 @@ class RulesPolicy:
             exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
             if exclusive and _alternatives(m.text, text, exclusive):
                 return m  # "switch to metric from now on" after "please use imperial units"
+            rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
+            topics = shared if changing else shared - {"language"}  # the replies' language: `_reply_language`
+            if topics and rest and _alternatives(m.text, text, topics) and not _ADDS.search(text):
+                # "from now on answer in Spanish" after "always answer in French"; "Golang examples from
+                # now on" after "default to Python for code examples" (not "... as well")
+                return m
             if not changing:
                 continue
-            rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
-            if shared and rest and _alternatives(m.text, text, shared):
-                return m  # "from now on answer in Spanish" after "always answer in French"
             if flipped and rest:
                 return m  # "I've changed my mind: always add semicolons" after "never put semicolons"
         return None
