@@ -1905,7 +1905,8 @@ async def test_a_short_rule_for_the_way_of_writing_is_remembered_at_once(said: s
 async def test_a_word_of_a_way_of_writing_in_a_fact_replaces_no_rule(rule: str, later: str) -> None:
     # "formal", "professional", "long", "prose" describe the user's life here, not the replies
     memories, _ = await remember([rule], [later])
-    assert len(memories) == 2, [m.text for m in memories]
+    # the rule stands as it was said (a replacement would cite both messages)
+    assert [m.evidence for m in memories if "m1" in m.evidence] == [["m1"]], [m.text for m in memories]
 
 
 async def test_a_change_told_to_the_assistant_is_the_users() -> None:
@@ -2016,6 +2017,28 @@ async def test_a_weak_signal_in_another_script_graduates_when_said_again() -> No
         ["白天睡不好，毕竟我每天都是夜班，有什么助眠的方法？"],
     )
     assert [(m.evidence, "夜班" in m.text, "。." in m.text) for m in memories] == [(["m1", "m2"], True, False)]
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        (
+            "no exclamation marks. ever. in anything you draft for me. fix this email",
+            ["no exclamation marks, ever, in anything you draft for me.", "fix this email"],
+        ),
+        ("Metric only. Period.", ["Metric only, period."]),
+        ("I moved. In any case, what now?", ["I moved.", "In any case, what now?"]),  # a sentence of its own
+        ("Never.", ["Never."]),
+    ],
+)
+def test_emphasis_and_a_scope_in_lower_case_go_on_with_the_sentence_before(text: str, said: list[str]) -> None:
+    assert rules.sentences(text) == said
+
+
+async def test_a_rule_said_in_fragments_is_remembered_whole() -> None:
+    memories, _ = await remember(["no exclamation marks. ever. in anything you draft for me. fix this email: 'hi!!'"])
+    [m] = memories
+    assert "exclamation marks" in m.text and "anything you draft" in m.text
 
 
 def test_chinese_japanese_and_hindi_sentence_ends_split_without_a_space() -> None:
@@ -2290,6 +2313,10 @@ async def test_musing_in_one_clause_leaves_the_fact_in_another() -> None:
         ("don't put anything before 10am in any plan you give me, that goes for every trip.", True),
         ("any recipe you suggest should be gluten free", True),
         ("Anything you write for me today should be in Spanish", False),
+        ("Please use the 24-hour clock in all of your answers to me", True),
+        ("no peanuts in anything please, the twins react badly", True),
+        ("no peanuts in anything please, he's allergic", False),  # for a guest
+        ("is there pork in anything on this menu", False),
     ],
 )
 def test_standing_words_read_the_rule_not_its_look_alikes(said: str, standing: bool) -> None:

@@ -252,8 +252,18 @@ def sentences(text: str) -> list[str]:
         if out and _lead_in_alone(out[-1]) and not (len(out) >= 2 and _BARE_POINTER.match(out[-1])):
             out[-1] = f"{out[-1].rstrip('.! ')}: {piece}"
             continue
+        if out and _GOES_ON_FROM.match(piece):  # "no emojis. ever. in anything you write for me."
+            out[-1] = f"{out[-1].rstrip('.! ')}, {piece[0].lower()}{piece[1:]}"
+            continue
         out += _asides_lifted(piece)
     return out
+
+
+# a piece that only goes on with the sentence before it: emphasis, or the scope of a rule in lower case
+_GOES_ON_FROM = re.compile(
+    r"^(?i:(?:not )?ever|never|period|full stop|at all|no exceptions)[.!]*$|"
+    r"^(?:in|for|on|with) (?:any|all|every)\w*\b[^?]*$"
+)
 
 
 def _asides_lifted(sentence: str) -> list[str]:
@@ -510,6 +520,9 @@ _STANDING = re.compile(
     r"every ?time(?! (?:i|we|my|our)\b(?! (?:ask|request|want|need|send|message)))|"  # "every time I ask ..." is a rule
     r"(?<!\bspent )(?<!\bspend )(?<!\blost )(?<!\boff )(?<!\bused )(?<!\bate )all (?:my |future )|"
     r"whenever|for future reference|in general|generally|in every|all the time|"
+    r"(?:in |for )?all (?:of )?(?:your |the )?(?:answers|replies|responses)|"  # "in all of your answers to me"
+    # "no mushrooms in anything, please" (not for a guest: "no mushrooms in anything, he can't stand them")
+    r"(?<!\bfind it )in anything(?! (?:else|like|on|at|from|that|this)\b)(?!.*\b(?:he|she|him|her)\b)|"
     r"(?:goes|applies) (?:for|to) (?:every|all|any)\b|"  # "..., that goes for every trip"
     # "anything you write for me", "in any plan you give me" (not "anything you write for me today")
     r"(?:for |in )?(?:anything|everything|any \w+|every \w+) you (?:write|draft|make|send|produce|give|suggest|"
