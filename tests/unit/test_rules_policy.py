@@ -2041,6 +2041,46 @@ async def test_a_rule_said_in_fragments_is_remembered_whole() -> None:
     assert "exclamation marks" in m.text and "anything you draft" in m.text
 
 
+def test_the_point_after_heres_the_thing_is_a_sentence_of_its_own() -> None:
+    said = rules.sentences("Vou fazer um bobó, but here's the thing: I'm allergic to prawns. Recipe?")
+    assert said == ["Vou fazer um bobó", "I'm allergic to prawns.", "Recipe?"]
+
+
+async def test_a_rule_for_today_and_ever_is_not_for_today_only() -> None:
+    assert not rules.scoped("never put prawns in anything for me, not today, not ever.")
+    memories, _ = await remember(
+        [
+            "Vou fazer um bobó hoje, but here's the thing: I'm allergic to prawns, so never suggest them, not today, "
+            "not ever. Can you give me a recipe?"
+        ]
+    )
+    [m] = memories
+    assert m.text.startswith("User is allergic to prawns")
+
+
+async def test_keep_that_in_mind_after_pls_always_takes_what_it_points_at() -> None:
+    memories, _ = await remember(
+        [
+            "ok but im colour blind so most chart tips online dont work for me. pls always keep that in mind when u "
+            "suggest colours for anything ok"
+        ]
+    )
+    [m] = memories
+    assert "colour blind" in m.text and "keep that in mind" in m.text
+
+
+@pytest.mark.parametrize(
+    ("message", "held"),
+    [
+        ("what's a quiet campsite near Annecy for a weekend with a toddler? shade please", False),
+        ("what photo editor works on an old laptop? mine's from 2014", True),  # the user's own, not a narrowing
+    ],
+)
+async def test_a_few_words_that_narrow_a_question_are_not_held(message: str, held: bool) -> None:
+    _, working = await remember([message])
+    assert bool(working.hypotheses) is held
+
+
 def test_chinese_japanese_and_hindi_sentence_ends_split_without_a_space() -> None:
     assert rules.sentences("我不吃辣。人均两百以内吧") == ["我不吃辣。", "人均两百以内吧"]
     assert rules.sentences("ありがとう！タメ口で話してほしいな。") == ["ありがとう！", "タメ口で話してほしいな。"]

@@ -76,6 +76,7 @@ DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 STANDING_AT = 0.35  # p(standing) at which a sentence the patterns did not read is remembered at once
 STANDING_AT_OTHER_LANGUAGE = 0.6  # ... in another language (the foreign head: classify.py)
 TASK_MARGIN = 0.2  # ... unless p(task) is higher by more than this ("this is really helpful, thank you")
+NARROWING_WORDS = 4  # words at most of a bare request after a question that narrows it ("calm water please")
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning to graduate
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
@@ -163,6 +164,8 @@ _LEAD_IN = re.compile(rf"^(?:(?:{_FOR_THE_MEMORY})|{_OPENER})+", re.IGNORECASE)
 _SPLIT = re.compile(
     r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|(?<=[\u3002\uff01\uff1f\u0964])\s*|\n+"
+    # "I want to make a curry, but here's the thing: I'm allergic to shellfish": the point is a sentence
+    r"|,?\s+(?:but\s+|and\s+)?(?:here's|heres|here is) the thing\s*:\s*"
     # a dash before the message's closing question: "just on mobile on the train - is 0.2% high?"
     r"|\s+[\u2014\u2013-]{1,2}\s+(?=(?:is|are|was|what|what's|how|can|could|should|do|does|did|any|which|where|when|"
     r"why|will|would)\b(?:[^.!?\n]|\.(?=\d))*\?+\s*$)"
@@ -572,7 +575,8 @@ _THE_ONE_WHO = re.compile(
 # named only to say the rule goes beyond it
 _NOT_JUST = re.compile(
     r"\b(?:everything|every \w+|all \w+|always|anything|in general|everywhere)\b[^.;]{0,20}?\bnot (?:just|only) "
-    r"(?:for |in )?(?:this|that|the|these|those)\b|\bnot (?:just|only) (?:for |in |with )?(?:this|these|today|now)\b",
+    r"(?:for |in )?(?:this|that|the|these|those)\b|\bnot (?:just|only) (?:for |in |with )?(?:this|these|today|now)\b"
+    r"|\bnot (?:today|now),? (?:and )?not ever\b",  # "never suggest shrimp, not today, not ever"
     re.I,
 )
 
@@ -1369,7 +1373,10 @@ class RulesPolicy:
         mine = [
             i
             for i in sure
-            if not OUTSIDERS.match(bodies[i]) and not _on_hand(bodies[i]) and not ONLY_ACKNOWLEDGES.match(bodies[i])
+            if not OUTSIDERS.match(bodies[i])
+            and not _on_hand(bodies[i])
+            and not ONLY_ACKNOWLEDGES.match(bodies[i])
+            and not _narrows_the_question(said, bodies, i)
         ]
         if not mine:
             return roles
@@ -2299,6 +2306,24 @@ def _speaks_of_self(body: str) -> bool:
     return FIRST_PERSON.search(_OBJECT_SELF.sub(" ", body)) is not None
 
 
+def _narrows_the_question(said: list[str], bodies: list[str], i: int) -> bool:
+    """Sentence i is a few words after a question that only narrow it, naming no one: "what's a nice
+    beach for a day trip with kids? calm water please" (not "... mine's from 2015", "she loves birds")."""
+    return (
+        i > 0
+        and _holds_a_question(bodies[i - 1])
+        and len(words(bodies[i])) <= NARROWING_WORDS
+        and not _NAMES_SOMEONE.search(bodies[i])
+        and _about_the_request(said, i)
+    )
+
+
+_NAMES_SOMEONE = re.compile(
+    r"\b(?:i|i'm|im|me|my|mine|we|we're|our|ours|they|they're|their|theirs|she|she's|her|he|he's|his|it|it's|its)\b",
+    re.I,
+)
+
+
 def _about_the_request(said: list[str], i: int) -> bool:
     """Sentence i is a request, or an instruction after a request in the same message (or one
     just before it that opens with a request verb), with no first person, no question and no
@@ -2747,7 +2772,8 @@ _A_STATE = re.compile(
 _COMPLAINT = re.compile(r"^(?:why (?:do|are) you |you(?:'re| are)? )(?:keep|always|constantly|never stop)\b", re.I)
 # "Keep that in mind if you ever suggest breakfast stuff.": what to keep is the sentence before
 _KEEP_THAT = re.compile(
-    r"^(?:please\s+)?(?:keep|bear|remember|note|store|save)\s+(?:that|this|it)(?=\s+in mind\b|\s+for\b|\s*[,.!;]|\s*$)",
+    r"^(?:(?:please|pls|plz)\s+)?(?:always\s+|just\s+)?(?:keep|bear|remember|note|store|save)\s+(?:that|this|it)"
+    r"(?=\s+in mind\b|\s+for\b|\s*[,.!;]|\s*$)",
     re.I,
 )
 _POINTS_BACK = re.compile(r"\b(?:them|it|that|(?:those|these)(?! days)|theirs)\b", re.I)  # not "these days"
