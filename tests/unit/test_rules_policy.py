@@ -2041,6 +2041,17 @@ async def test_a_rule_said_in_fragments_is_remembered_whole() -> None:
     assert "exclamation marks" in m.text and "anything you draft" in m.text
 
 
+async def test_a_lasting_fact_beside_an_explicit_rule_is_a_memory_of_its_own() -> None:
+    memories, _ = await remember(
+        [
+            "Hello! I'm American so please always give recipes in Fahrenheit and cups, I can't do grams. "
+            "Also everything has to be gluten-free, I have celiac. Looking for a muffin recipe"
+        ]
+    )
+    assert sorted(m.text.split()[-1] for m in memories) == ["celiac.", "grams."]
+    assert {tuple(m.evidence) for m in memories} == {("m1",)}
+
+
 def test_the_point_after_heres_the_thing_is_a_sentence_of_its_own() -> None:
     said = rules.sentences("Vou fazer um bobó, but here's the thing: I'm allergic to prawns. Recipe?")
     assert said == ["Vou fazer um bobó", "I'm allergic to prawns.", "Recipe?"]

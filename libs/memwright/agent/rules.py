@@ -74,6 +74,7 @@ DUPLICATE_SCORE = 0.8  # hashing cosine at which a text says what a memory says
 DUPLICATE_MEANING = 0.7  # the same, by the local model's cosine
 # The trained detector's thresholds, chosen on train and dev (docs/quality.md, "The default policy").
 STANDING_AT = 0.35  # p(standing) at which a sentence the patterns did not read is remembered at once
+STANDING_BESIDE_EXPLICIT_AT = 0.9  # ... beside an explicit preference the patterns read in the same message
 STANDING_AT_OTHER_LANGUAGE = 0.6  # ... in another language (the foreign head: classify.py)
 TASK_MARGIN = 0.2  # ... unless p(task) is higher by more than this ("this is really helpful, thank you")
 NARROWING_WORDS = 4  # words at most of a bare request after a question that narrows it ("calm water please")
@@ -1272,19 +1273,20 @@ class RulesPolicy:
     @staticmethod
     def _roles(said: list[str], kinds: list[SentenceType]) -> list[str | None]:
         """Which sentence of a message the trained detector speaks for: at most one `standing`
-        (the likeliest, and only when no pattern read an explicit preference in the message), with
-        the sentences next to it that read as standing too `beside` it (`_joined`), else at most one
-        `weak`. A message counts if any of its sentences does; one memory per message."""
+        (the likeliest), with the sentences next to it that read as standing too `beside` it
+        (`_joined`), else at most one `weak`. Beside an explicit preference a pattern read in the
+        message, only a `standing` the detector is sure of (STANDING_BESIDE_EXPLICIT_AT) that says
+        something else: two lasting things in one message are two memories."""
         roles: list[str | None] = [None] * len(said)
         if not kinds or kinds[0].vector is None or any(k.label == "meta" for k in kinds):
             return roles
-        if any(explicit_preference(strip_lead_in(s)) for s in said):
-            return roles
         bodies = [strip_lead_in(s) for s in said]
+        explicit = {i for i, b in enumerate(bodies) if explicit_preference(b)}
         complaint = next((i for i, b in enumerate(bodies) if _COMPLAINT.match(b) and not scoped(b)), None)
         # not "you keep getting the date wrong": the task at hand, as the detector reads it
         if (
-            complaint is not None
+            not explicit
+            and complaint is not None
             and complaint + 1 < len(said)
             and kinds[complaint].p("standing") + TASK_MARGIN >= kinds[complaint].p("task")
         ):
@@ -1356,6 +1358,21 @@ class RulesPolicy:
                 and _tied(kinds[i], kinds[j])
             )
 
+        if explicit:
+            # another lasting thing beside the one the patterns read, when the detector is sure of it and it
+            # is not the same one again ("... recipes in Fahrenheit. Also everything has to be gluten-free,
+            # I have celiac.")
+            others = [
+                i
+                for i in fresh
+                if i not in explicit
+                and kinds[i].p("standing") >= STANDING_BESIDE_EXPLICIT_AT
+                and not any(_cosine_at_least(kinds[i], kinds[j], SAME_TOPIC) for j in explicit)
+            ]
+            standing = max(others, key=lambda i: kinds[i].p("standing"), default=None)
+            if standing is not None:
+                roles[standing] = "standing"
+            return roles
         standing = max(fresh, key=lambda i: kinds[i].p("standing"), default=None)
         if standing is not None and reads_standing(standing):
             roles[standing] = "standing"
