@@ -2052,6 +2052,29 @@ async def test_a_lasting_fact_beside_an_explicit_rule_is_a_memory_of_its_own() -
     assert {tuple(m.evidence) for m in memories} == {("m1",)}
 
 
+def test_an_adverb_in_ly_before_the_verb_is_no_verb() -> None:
+    assert rules.as_memory("I officially moved to Cork") == "User officially moved to Cork."
+    assert rules.as_memory("I rarely drink coffee") == "User rarely drinks coffee."
+    assert rules.as_memory("I reply in Irish") == "User replies in Irish."
+
+
+def test_an_emoji_ends_a_sentence() -> None:
+    said = rules.sentences(
+        "i dropped chemistry for history this term, labs were not for me 😅 what should i read first"
+    )
+    assert said == ["i dropped chemistry for history this term, labs were not for me 😅", "what should i read first"]
+
+
+async def test_switched_from_one_to_another_replaces_the_held_one_not_graduates_it() -> None:
+    memories, working = await remember(
+        ["im a second year doing chemistry at Leeds. what laptop do i need for my course"],
+        ["ok so i officially switched from chem to history this term, labs were not it for me 😅 what should i read"],
+    )
+    [m] = memories
+    assert "history" in m.text and m.evidence == ["m2"] and "what should" not in m.text
+    assert not any("chemistry" in h.statement for h in working.hypotheses)
+
+
 def test_the_point_after_heres_the_thing_is_a_sentence_of_its_own() -> None:
     said = rules.sentences("Vou fazer um bobó, but here's the thing: I'm allergic to prawns. Recipe?")
     assert said == ["Vou fazer um bobó", "I'm allergic to prawns.", "Recipe?"]

@@ -165,6 +165,8 @@ _LEAD_IN = re.compile(rf"^(?:(?:{_FOR_THE_MEMORY})|{_OPENER})+", re.IGNORECASE)
 _SPLIT = re.compile(
     r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|(?<=[\u3002\uff01\uff1f\u0964])\s*|\n+"
+    # an emoji ends a sentence as a full stop does: "coding was not it for me 😅 what are the basics"
+    r"|(?<=[\U0001F300-\U0001FAFF])\s+(?=\w)"
     # "I want to make a curry, but here's the thing: I'm allergic to shellfish": the point is a sentence
     r"|,?\s+(?:but\s+|and\s+)?(?:here's|heres|here is) the thing\s*:\s*"
     # a dash before the message's closing question: "just on mobile on the train - is 0.2% high?"
@@ -351,6 +353,15 @@ _UNCHANGED = frozenset(  # modals and past tenses keep their form after "User"
 )
 
 
+def _adverb(word: str) -> bool:
+    """An adverb before the verb: "User officially switched", not "User officiallies switched"."""
+    low = word.lower()
+    return low in _ADVERBS or (low.endswith("ly") and len(low) > 4 and low not in _NOT_ADVERBS)
+
+
+_NOT_ADVERBS = frozenset("apply reply rely supply fly multiply imply comply ally bully rally tally sully".split())
+
+
 def third_person(verb: str) -> str:
     core = verb.rstrip(",;:")
     if core != verb:  # "I rent, so ..." -> "User rents, so ..."
@@ -414,7 +425,7 @@ def as_memory(clause: str) -> str:
         else:
             parts = rest.split(" ", 1)
             adverbs = []
-            while parts and parts[0].lower() in _ADVERBS and len(parts) > 1:
+            while parts and _adverb(parts[0]) and len(parts) > 1:
                 adverbs.append(parts[0])
                 parts = parts[1].split(" ", 1)
             if adverbs and adverbs[-1].lower() == "no" and parts[0].lower() == "longer" and len(parts) > 1:
@@ -2737,7 +2748,11 @@ def _is_standing_change(text: str) -> int:
     in a sentence that may change a memory (`_may_change`: not "my son is learning Python now")."""
     said = without_next_task_now(text)  # not "Now a function that reads those CSVs"
     return CHANGED * bool(
-        re.search(r"\b(?:instead|any ?more|no longer|switch(?:ed)? to|changed? to)\b|(?<!from )\bnow\b", said, re.I)
+        re.search(
+            r"\b(?:instead|any ?more|no longer|(?:switch(?:ed)?|changed?)(?: from [^,.;!?]{1,40}?)? to)\b|(?<!from )\bnow\b",
+            said,
+            re.I,
+        )
         and _may_change(text)
     )
 
