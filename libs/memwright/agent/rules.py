@@ -2749,7 +2749,8 @@ def _is_standing_change(text: str) -> int:
     said = without_next_task_now(text)  # not "Now a function that reads those CSVs"
     return CHANGED * bool(
         re.search(
-            r"\b(?:instead|any ?more|no longer|(?:switch(?:ed)?|changed?)(?: from [^,.;!?]{1,40}?)? to)\b|(?<!from )\bnow\b",
+            r"\b(?:instead|any ?more|no longer|(?:switch(?:ed)?|changed?)(?: from [^,.;!?]{1,40}?)? to)\b"
+            r"|(?<!from )\bnow\b",
             said,
             re.I,
         )
