@@ -56,6 +56,9 @@ DEFAULT_DATASET = "memories.jsonl"
 # "probe8": 80 users by two new such helpers for the nineteenth round, weighted to updates (32 update
 # users: changes said outright, implied, buried in a long request, or of a rule for the assistant);
 # measured untuned at the round's start before its findings were read, then tuned on.
+# "probe9": 80 more users from the same update-weighted spec by two more such helpers, written in the
+# nineteenth round after its first rules: measured untuned at the round's start and at its end, to say
+# whether the round's rules carry over to people no one tuned on.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -77,6 +80,7 @@ SPLITS = {
     "probe6": "probe6.jsonl",
     "probe7": "probe7.jsonl",
     "probe8": "probe8.jsonl",
+    "probe9": "probe9.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
