@@ -2058,11 +2058,30 @@ def test_an_adverb_in_ly_before_the_verb_is_no_verb() -> None:
     assert rules.as_memory("I reply in Irish") == "User replies in Irish."
 
 
-def test_an_emoji_ends_a_sentence() -> None:
+def test_an_emoji_before_a_question_ends_a_sentence() -> None:
     said = rules.sentences(
         "i dropped chemistry for history this term, labs were not for me 😅 what should i read first"
     )
     assert said == ["i dropped chemistry for history this term, labs were not for me 😅", "what should i read first"]
+    said = rules.sentences("thesis draft sent back again 😭 ada tips biar cepat?")
+    assert said == ["thesis draft sent back again 😭", "ada tips biar cepat?"]
+    # what goes on after it is the same sentence
+    said = rules.sentences("back in the office three days a week 😩 so now I need lunches I can carry")
+    assert len(said) == 1
+
+
+async def test_call_me_asked_as_a_question_is_the_name_to_use() -> None:
+    memories, _ = await remember(
+        ["call me Pepito from now on, everyone does haha. need a 3 day gym split"],
+        ["btw can you just call me José now? pepito was a joke between friends. anyway how much protein for 70kg"],
+    )
+    [m] = memories
+    assert "José" in m.text and "Pepito" not in m.text and m.evidence == ["m1", "m2"]
+
+
+@pytest.mark.parametrize("said", ["bro how to say 'thank you' in formal english", "ey qué onda, need a gym plan"])
+def test_a_greeting_between_friends_is_a_lead_in(said: str) -> None:
+    assert not rules.strip_lead_in(said).lower().startswith(("bro", "ey"))
 
 
 async def test_switched_from_one_to_another_replaces_the_held_one_not_graduates_it() -> None:

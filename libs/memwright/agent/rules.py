@@ -165,8 +165,10 @@ _LEAD_IN = re.compile(rf"^(?:(?:{_FOR_THE_MEMORY})|{_OPENER})+", re.IGNORECASE)
 _SPLIT = re.compile(
     r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|(?<=[\u3002\uff01\uff1f\u0964])\s*|\n+"
-    # an emoji ends a sentence as a full stop does: "coding was not it for me 😅 what are the basics"
-    r"|(?<=[\U0001F300-\U0001FAFF])\s+(?=\w)"
+    # an emoji before a question ends a sentence as a full stop does: "coding was not it for me 😅 what are
+    # the basics" (not "back to the office 😩 so now I need packable lunches": one sentence)
+    r"|(?<=[\U0001F300-\U0001FAFF])\s+"
+    r"(?=(?i:what|how|can|could|any|is|are|do|does|which|where|when|why|should)\b|[^.!?\n]*\?+\s*$)"
     # "I want to make a curry, but here's the thing: I'm allergic to shellfish": the point is a sentence
     r"|,?\s+(?:but\s+|and\s+)?(?:here's|heres|here is) the thing\s*:\s*"
     # a dash before the message's closing question: "just on mobile on the train - is 0.2% high?"
@@ -480,6 +482,7 @@ _NOT_WHEN_YOU_REPLY = (
 _RULE_ASKED = re.compile(
     r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b"
     r"|^(?:can|could|would|will) you\b.*\b(?:from now on|going forward)\W*$"
+    r"|^(?:can|could|would|will) you (?:just |please |pls )*call me \w+(?: now| instead)?\W*$"  # "can you just call me Carlos now?"
     rf"|{_NOT_WHEN_YOU_REPLY}",
     re.I,
 )
