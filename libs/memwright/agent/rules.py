@@ -482,7 +482,8 @@ _NOT_WHEN_YOU_REPLY = (
 _RULE_ASKED = re.compile(
     r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b"
     r"|^(?:can|could|would|will) you\b.*\b(?:from now on|going forward)\W*$"
-    r"|^(?:can|could|would|will) you (?:just |please |pls )*call me \w+(?: now| instead)?\W*$"  # "can you just call me Carlos now?"
+    # "can you just call me Carlos now?"
+    r"|^(?:can|could|would|will) you (?:just |please |pls )*call me \w+(?: now| instead)?\W*$"
     rf"|{_NOT_WHEN_YOU_REPLY}",
     re.I,
 )
