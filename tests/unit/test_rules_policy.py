@@ -2094,6 +2094,16 @@ async def test_switched_from_one_to_another_replaces_the_held_one_not_graduates_
     assert not any("chemistry" in h.statement for h in working.hypotheses)
 
 
+async def test_a_question_announced_as_such_changes_no_memory() -> None:
+    memories, _ = await remember(
+        ["My name is Ann and I'm 70, so please always give me instructions in numbered steps with plain words."],
+        ["Anyhow, what I wanted to ask was how to make the sheet you made me count wins instead of points."],
+        read_slots=True,
+    )
+    [m] = memories
+    assert "numbered steps" in m.text and m.evidence == ["m1"]
+
+
 def test_the_point_after_heres_the_thing_is_a_sentence_of_its_own() -> None:
     said = rules.sentences("Vou fazer um bobó, but here's the thing: I'm allergic to prawns. Recipe?")
     assert said == ["Vou fazer um bobó", "I'm allergic to prawns.", "Recipe?"]

@@ -191,7 +191,17 @@ _ASKING = re.compile(
 def asks(text: str) -> bool:
     """Whether a clause or sentence is a question, with its "?" (`ends_asking`) or without it."""
     s = text.strip()
-    return ends_asking(s) or bool(_ASKING.match(s) or _ASKS_LAST.search(s) or _BEST_WAY.match(s) or _FOLLOW_UP.match(s))
+    return ends_asking(s) or bool(
+        _ASKING.match(s) or _ASKS_LAST.search(s) or _BEST_WAY.match(s) or _FOLLOW_UP.match(s) or _MY_QUESTION.match(s)
+    )
+
+
+# the question announced: "what I wanted to ask was how to ...", "my question is whether ..."
+_MY_QUESTION = re.compile(
+    r"^(?:(?:anyhow|anyway|so|but|and|ok|okay)[\s,]+)?(?:what i (?:wanted|want|meant|need|needed) to ask(?: you)?"
+    r"|(?:my|the) (?:real |actual )?question)\s+(?:is|was)\b",
+    re.I,
+)
 
 
 # the question word last, as a learner may put it: "'split shift' what is", "this word what means"

@@ -131,7 +131,7 @@ _OPENER = (
     r"oh|ok|okay|so|"
     r"also|and|but|btw|by the way|hey|hi|hello|well|yes|yeah|yep|one more thing|one thing|"
     r"another thing|thanks|thank you|great|cool|quick note|ps|p\.s\.|oh and|and also|just|hmm|right|"
-    r"alright|anyway|anyways|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
+    r"alright|anyway|anyways|anyhow|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|plot twist|"
     # greetings and thanks in other languages before English ("Cześć. Call me Tomek"; words.toml)
     rf"{_GREETINGS})\b[\s:,!.-]*)|"
