@@ -26,7 +26,8 @@ from tests.fakes.agent import T0, make_tools, memory, msg
 async def remember(
     *conversations: list[str], budget: int | None = None, read_slots: bool = False
 ) -> tuple[list[Memory], WorkingMemory]:
-    """Run the policy over conversations c1, c2, ... (messages m1, m2, ... across them)."""
+    """Run the policy over conversations c1, c2, ... (messages m1, m2, ... across them); a text that
+    opens with "A: " is the assistant's."""
     n = 0
     convs = []
     for i, texts in enumerate(conversations):
@@ -34,7 +35,10 @@ async def remember(
         for t in texts:
             n += 1
             at = (T0 + timedelta(days=i, minutes=n)).isoformat()
-            messages.append(EvalMessage(f"m{n}", t, at))
+            if t.startswith("A: "):
+                messages.append(EvalMessage(f"m{n}", t[3:], at, role="assistant"))
+            else:
+                messages.append(EvalMessage(f"m{n}", t, at))
         convs.append(Conversation(f"c{i + 1}", messages))
     return await run_user(RulesPolicy(read_slots=read_slots), UserCase("alice", convs, budget=budget))
 
@@ -2102,6 +2106,23 @@ async def test_a_question_announced_as_such_changes_no_memory() -> None:
     )
     [m] = memories
     assert "numbered steps" in m.text and m.evidence == ["m1"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "said", "kept"),
+    [
+        ("A: Try Shin Ramyun, Nissin or Mama tom yum noodles.", "mama ya", False),
+        ("A: Serve with salsa verde, pickled onions and a lime crema.", "lime crema yes", False),
+        ("A: Change the gear oil once a season.", "gear oil, right. what type", False),
+        # the user's own, in the reply's words
+        ("A: Serve with salsa verde and pickled onions.", "I always want pickled onions", True),
+        ("A: Serve with salsa verde and pickled onions.", "no pickled onions ever", True),
+    ],
+)
+async def test_taking_up_the_replys_own_words_is_no_preference(reply: str, said: str, kept: bool) -> None:
+    memories, working = await remember(["what goes with fish tacos?", reply, said])
+    cited = [*(m.evidence for m in memories), *(h.message_ids for h in working.hypotheses)]
+    assert any("m3" in ids for ids in cited) is kept
 
 
 def test_the_point_after_heres_the_thing_is_a_sentence_of_its_own() -> None:
