@@ -1457,6 +1457,31 @@ async def test_a_new_name_to_be_called_by_replaces_the_old_one() -> None:
     assert "Peggy" in texts and "Margaret" not in texts
 
 
+@pytest.mark.parametrize(
+    ("said", "name"),
+    [
+        ("Everyone calls me Mo, so you can too.", "Mo"),
+        ("I'd rather be Francesca in here from now on.", "Francesca"),
+        ("I would prefer that you address me as Dr. Rahimi.", "Dr. Rahimi"),
+        ("Please, just Hamid from now on.", "Hamid"),
+        ("Please refer to me as Sam in the summaries.", "Sam"),
+        ("I'd rather be outside today.", None),
+        ("Just Python from here, no more JavaScript.", None),
+    ],
+)
+def test_the_name_to_use_is_read_however_it_is_said(said: str, name: str | None) -> None:
+    assert rules.name_in(said) == name
+
+
+async def test_a_name_asked_for_in_other_words_replaces_the_old_one() -> None:
+    memories, _ = await remember(
+        ["ciao! everyone calls me Kiko so you can too. anyway help me name my sourdough starter"],
+        ["could you stop with Kiko? I'd rather be Francesca in here from now on, it feels more grown up."],
+    )
+    texts = " ".join(m.text for m in memories)
+    assert "Francesca" in texts and "Kiko" not in texts
+
+
 async def test_what_is_held_about_an_old_value_goes_when_the_memory_changes() -> None:
     memories, working = await remember(
         ["I'm an Android guy, Pixel 8. Please give me Android instructions whenever I ask about phone stuff."],

@@ -876,8 +876,10 @@ def relation_of(text: str) -> tuple[str, str] | None:
 
 
 _NAME = re.compile(
-    r"\b(?i:call (?:me|them)|address (?:me|them) as|(?:my|user's) name is|(?:i go|they go|user goes) by)"
-    r"\s+(?!(?:Mr|Mrs|Ms|Miss|Dr|Sir|Madam)\b)(?P<name>[A-Z][\w'-]+)"
+    r"\b(?i:calls? (?:me|them)|(?:address|refer to) (?:me|them) as|(?:my|user's) name is|"
+    r"(?:i go|they go|user goes) by|(?:i'd|i would|they'd|they would|user would) rather be(?: called)?)"
+    r"\s+(?P<name>(?:(?:Mr|Mrs|Ms|Miss|Dr|Prof|Sir|Madam)\.?\s+)?[A-Z][\w'-]+)"
+    r"|\bjust (?P<first>[A-Z][\w'-]+),? from now on"  # "please, just Hamid from now on"
 )
 _NOT_NAME = re.compile(r"\b(?i:never|not|don't|dont|do not|stop|n't)\s*$")  # "don't call me Maggie"
 
@@ -888,7 +890,7 @@ def name_in(text: str) -> str | None:
     m = _NAME.search(text)
     if m is None or _NOT_NAME.search(text[: m.start()]):
         return None
-    return m.group("name")
+    return m.group("name") or m.group("first")
 
 
 # Changes, corrections and requests to forget.
