@@ -2625,3 +2625,36 @@ async def test_a_one_word_reply_to_a_question_of_the_assistant_is_an_answer_only
     assert memories == []
     memories, _ = await remember(["Vegetarian."])  # a one-word fact, said without "yes" or "no" before it
     assert [m.text for m in memories] == ["Vegetarian."]
+
+
+async def test_what_the_user_does_now_replaces_what_the_same_message_says_they_ditched() -> None:
+    # "flashcards by hand" shares no word and little meaning with "anki"; the message names what ended
+    memories, _ = await remember(
+        [
+            "hiya, im dyslexic so please use short sentences and no big blocks of text",
+            "i use anki for all my revision.",
+        ],
+        ["so i ditched anki, staring at a screen all day was wrecking my head. im writing flashcards by hand now."],
+    )
+    texts = [m.text for m in memories]
+    assert any("by hand" in t for t in texts) and not any("anki" in t.lower() for t in texts)
+    assert any("dyslexic" in t for t in texts)
+
+
+async def test_a_rule_taken_back_leaves_only_the_new_way_in_the_memory() -> None:
+    memories, _ = await remember(
+        ["keep replies super short, like 1-2 lines max, i hate scrolling."],
+        ["ok i take back the short answers thing - i actually need full explanations with the reasoning, every time."],
+    )
+    [m] = memories
+    assert "full explanations" in m.text and "short" not in m.text and m.text[0].isupper()
+
+
+async def test_dropping_the_old_way_for_a_new_one_from_now_on_is_a_change_not_a_forget() -> None:
+    memories, _ = await remember(
+        ["Hej. Please always answer me in Danish from now on, it's easier for me to read."],
+        ["Good morning. Small change: you can drop the Danish and just answer me in English from now on."],
+    )
+    [m] = memories
+    assert "English" in m.text and "Danish" not in m.text and "morning" not in m.text
+    assert m.evidence == ["m1", "m2"]

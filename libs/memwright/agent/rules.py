@@ -93,6 +93,7 @@ REVISIT_AT = 0.4  # cosine at which a window may touch a held hypothesis (the ll
 SKIP_BELOW = 0.2  # p(standing) + p(weak) under which every sentence must be for the llm policy to skip its model
 SAME_TOPIC = 0.75  # cosine at which a standing sentence updates a memory instead of adding one
 CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.toml `change`)
+ENDED_THEN_NOW = 0.15  # ... to a memory its message says came to an end, when it says a change itself
 EXPLICIT_OVER_META = 0.5  # ... but a sentence the patterns read as explicit needs this p(meta) to be silenced
 META_AT = 0.7  # p(meta) at which a sentence that speaks to the memory or the rules costs its whole message
 TIED = 0.15  # cosine at which a rule and the user's remark beside it are one memory (rules.py `_tied`)
@@ -136,9 +137,9 @@ _OPENER = (
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|plot twist|"
     # greetings and thanks in other languages before English ("Cześć. Call me Tomek"; words.toml)
     rf"{_GREETINGS})\b[\s:,!.-]*)|"
-    # news of a change up to its colon: "Update:", "lol update on the coffee front:", "Correction to what I
+    # news of a change up to its colon: "Update:", "Small change:", "lol update on the coffee front:", "Correction to what I
     # told you before:", "sad news," -- what follows is the change
-    r"(?:(?:[\w']+\s+){0,3}?(?:update|correction)(?:\s+(?:on|to|about)\s+[^:.!?]{1,40}?)?\s*:\s*)|"
+    r"(?:(?:[\w']+\s+){0,3}?(?:update|correction|change)(?:\s+(?:on|to|about)\s+[^:.!?]{1,40}?)?\s*:\s*)|"
     r"(?:(?:sad|good|big|some|bad|great|exciting)\s+news\b\s*[:,!.-][\s:,!.-]*)|"
     # "one rule for you:", "new rule:": what follows is the rule
     r"(?:(?:and )?(?:one|a|another|new|my|quick)\s+(?:rule|request)(?:\s+for\s+you)?\s*:\s*)|"
@@ -998,6 +999,8 @@ def forget_request(sentence: str) -> str | None:
     if not m:
         return None
     what = m.group("what").strip(" .!")
+    if NOT_CHANGE.search(what):  # "drop the Danish and just answer me in English from now on": a change
+        return None
     if re.match(r"^(?:it|that|this|all that|what i just said|i said that|the last (?:one|thing|message))$", what, re.I):
         what = ""
     return what
@@ -1521,7 +1524,7 @@ class RulesPolicy:
         that says a held hypothesis of another conversation again graduates it with both receipts."""
         evidence = [msg.message_id]
         vector = np.asarray(kind.vector, dtype=np.float64)
-        memory = self._ended_here(around, msg, vector) or self._changed_memory(
+        memory = self._ended_here(around, msg, vector, body) or self._changed_memory(
             tools, vector, body, changing, msg.text, evidence
         )
         if memory is not None:
@@ -1586,7 +1589,9 @@ class RulesPolicy:
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
         if not _asks_at_the_end(body):  # "when is 10am New York for me now" changes nothing
-            if self._ended_here(around, msg, vector) is not None:  # "the paleo phase is over. normal cooking is fine"
+            if (
+                self._ended_here(around, msg, vector, body) is not None
+            ):  # "the paleo phase is over. normal cooking is fine"
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
             if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body) and _may_change(body):
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I actually like cilantro now"
@@ -1611,13 +1616,15 @@ class RulesPolicy:
             return [_note(tools, text.rstrip("."), [msg.message_id])]
         return self._graduate(tools, msg, body, text, best, last)
 
-    def _ended_here(self, around: _Message | None, msg: Message, vector: np.ndarray) -> Memory | None:
+    def _ended_here(self, around: _Message | None, msg: Message, vector: np.ndarray, body: str = "") -> Memory | None:
         """The memory a sentence of this message says came to an end, when this sentence is close
-        enough to it to be its replacement (CHANGE_TOPIC) and has not already changed it."""
+        enough to it to be its replacement (CHANGE_TOPIC; ENDED_THEN_NOW when the sentence says a
+        change too: "ditched anki ... writing flashcards by hand now") and has not already changed it."""
         ended = around.ended if around else None
         if ended is None or msg.message_id in ended.evidence:
             return None
-        return ended if self._closeness(ended.text, vector) >= CHANGE_TOPIC else None
+        bar = ENDED_THEN_NOW if body and says_changed(body) else CHANGE_TOPIC
+        return ended if self._closeness(ended.text, vector) >= bar else None
 
     def _closeness(self, text: str, vector: np.ndarray) -> float:
         """The cosine of `vector` with `text` or the closest of its sentences."""
@@ -2120,7 +2127,7 @@ class RulesPolicy:
         if conflict is None and self._embedder() is not None:
             conflict = self._meaning_conflict(tools, text, changing, said, evidence)
         if conflict is not None:
-            text = phrasing.without_old(text, conflict.text)
+            text = _capitalised(phrasing.without_old(text, conflict.text))  # "They're ..." once "I take back ..." went
             before = (conflict.memory_id, conflict.text, list(conflict.evidence))
             result = tools.update_memory(conflict.memory_id, text, evidence, "the user changed this preference")
             if not result.startswith("Refused"):
