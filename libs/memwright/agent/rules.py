@@ -137,8 +137,8 @@ _OPENER = (
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|plot twist|"
     # greetings and thanks in other languages before English ("Cześć. Call me Tomek"; words.toml)
     rf"{_GREETINGS})\b[\s:,!.-]*)|"
-    # news of a change up to its colon: "Update:", "Small change:", "lol update on the coffee front:", "Correction to what I
-    # told you before:", "sad news," -- what follows is the change
+    # news of a change up to its colon: "Update:", "Small change:", "lol update on the coffee front:",
+    # "Correction to what I told you before:", "sad news," -- what follows is the change
     r"(?:(?:[\w']+\s+){0,3}?(?:update|correction|change)(?:\s+(?:on|to|about)\s+[^:.!?]{1,40}?)?\s*:\s*)|"
     r"(?:(?:sad|good|big|some|bad|great|exciting)\s+news\b\s*[:,!.-][\s:,!.-]*)|"
     # "one rule for you:", "new rule:": what follows is the rule
