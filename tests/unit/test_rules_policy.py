@@ -2658,3 +2658,12 @@ async def test_dropping_the_old_way_for_a_new_one_from_now_on_is_a_change_not_a_
     [m] = memories
     assert "English" in m.text and "Danish" not in m.text and "morning" not in m.text
     assert m.evidence == ["m1", "m2"]
+
+
+async def test_no_more_of_the_old_life_ends_the_memory_that_held_it() -> None:
+    memories, _ = await remember(
+        ["I'm a line cook on a cruise ship, 8 month contracts. cheapest way to send money home?"],
+        ["so we finally opened our own eatery here in Mandaue, I do the cooking. no more ship life for me haha."],
+    )
+    [m] = memories
+    assert "eatery" in m.text and "ship" not in m.text

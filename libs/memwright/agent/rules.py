@@ -556,7 +556,7 @@ _SCOPED = re.compile(
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
     r"|\btomorrow\b|\btmrw?\b|\bthis (?:week|weekend)\b|\bnext week\b|\bone-?off\b|\b(?:just )?this once\b"
-    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
+    r"|\bfor this\b|\bhere\b(?!\s+in\s+(?-i:[A-Z]))|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
     # one of the things in front of the user ("one of these tablets"), a word of the text at hand ("'grow' is
