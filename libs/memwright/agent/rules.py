@@ -1243,8 +1243,14 @@ class RulesPolicy:
                 corrected = self._correct_last(tools, msg, pref, last)
                 if corrected is not None:
                     return [corrected], None
+            vector = None if kind is None or kind.vector is None else np.asarray(kind.vector, dtype=np.float64)
             outcome = self._remember(
-                tools, pref, evidence, changing=changing or _is_standing_change(body), said=msg.text
+                tools,
+                pref,
+                evidence,
+                changing=changing or _is_standing_change(body),
+                said=msg.text,
+                ended=None if vector is None else self._ended_here(around, msg, vector, body),
             )
             if outcome.memory_id:
                 last[conversation] = ("memory", outcome.memory_id)
@@ -2109,8 +2115,16 @@ class RulesPolicy:
         return self._changed_memory(tools, self._vector(text), text, changing, said, evidence)
 
     def _remember(
-        self, tools: MemoryTools, text: str, evidence: list[str], changing: int = 0, said: str = ""
+        self,
+        tools: MemoryTools,
+        text: str,
+        evidence: list[str],
+        changing: int = 0,
+        said: str = "",
+        ended: Memory | None = None,
     ) -> _Outcome:
+        """Remember `text`: a duplicate takes the receipt; else it updates the memory it changes (`ended`,
+        the one its message says came to an end, first), else it is a new memory."""
         existing = self._duplicate(tools, text)
         if existing is not None:
             if existing.author == "user" or set(evidence) <= set(existing.evidence):
@@ -2121,7 +2135,7 @@ class RulesPolicy:
                 existing.memory_id, text if more else existing.text, evidence, "restated by the user"
             )
             return _Outcome(result, not result.startswith("Refused"), existing.memory_id)
-        conflict = self._conflict(tools, text, changing)
+        conflict = ended or self._conflict(tools, text, changing)
         if conflict is not None and self._apart_across_languages(text, conflict):
             conflict = None  # the words of 'User said: "..."' agree; the sentences do not
         if conflict is None and self._embedder() is not None:
@@ -2621,7 +2635,8 @@ def _may_change(sentence: str) -> bool:
     """Whether a sentence could change what a memory holds: the user's own (not "my wife switched to
     oat milk"), said for sure (no musing or maybe: "thinking about giving up coffee"), no question,
     and no request, nor a clause of one ("things changed at work, recommend a gift for my boss"),
-    unless that clause asks for the change itself from now on ("..., plan for a bigger kitchen now")."""
+    unless that clause asks for the change itself from now on ("..., plan for a bigger kitchen now",
+    "..., so give me Go snippets going forward")."""
     body = strip_lead_in(sentence)
     if UNSURE.search(body) or HEDGED.search(body) or _about_someone_else(body):
         return False
@@ -2636,7 +2651,7 @@ def _may_change(sentence: str) -> bool:
         for c in pieces
         if c not in requests
     )
-    return not any(not (changed_outside and says_changed(c)) for c in requests)
+    return not any(not (changed_outside and (says_changed(c) or standing_words(c))) for c in requests)
 
 
 # an edit of the text at hand: "change 'valued customers' to just 'our customers'"
