@@ -2672,9 +2672,7 @@ async def test_no_more_of_the_old_life_ends_the_memory_that_held_it() -> None:
 async def test_moving_off_the_old_tool_with_a_rule_going_forward_replaces_the_memory() -> None:
     memories, _ = await remember(
         ["please always give me code examples in ruby, it's what I use at work."],
-        [
-            "we're moving off ruby at work, the services are being rewritten in Rust, so give me Rust examples going forward."
-        ],
+        ["we're moving off ruby at work, it's all being rewritten in Rust, so give me Rust examples going forward."],
     )
     [m] = memories
     assert "Rust" in m.text and "ruby" not in m.text.lower()
