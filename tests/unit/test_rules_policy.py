@@ -1467,6 +1467,10 @@ async def test_a_new_name_to_be_called_by_replaces_the_old_one() -> None:
         ("Please refer to me as Sam in the summaries.", "Sam"),
         ("I'd rather be outside today.", None),
         ("Just Python from here, no more JavaScript.", None),
+        ("use just Markdown from now on", None),
+        ("My brother calls me Stinky lol.", None),
+        ("Kubernetes calls them Pods.", None),
+        ("call me Sir", None),
     ],
 )
 def test_the_name_to_use_is_read_however_it_is_said(said: str, name: str | None) -> None:
@@ -2097,6 +2101,11 @@ def test_an_emoji_before_a_question_ends_a_sentence() -> None:
     # what goes on after it is the same sentence
     said = rules.sentences("back in the office three days a week 😩 so now I need lunches I can carry")
     assert len(said) == 1
+    assert (
+        len(rules.sentences("back in the office 3 days a week 😩 so now I need lunches I can carry, any ideas?")) == 1
+    )
+    assert len(rules.sentences("my dog 🐶 is a beagle and he sheds everywhere")) == 1
+    assert rules.sentences("coffee ☕ how do I descale the machine?") == ["coffee ☕", "how do I descale the machine?"]
 
 
 async def test_call_me_asked_as_a_question_is_the_name_to_use() -> None:
@@ -2676,3 +2685,59 @@ async def test_moving_off_the_old_tool_with_a_rule_going_forward_replaces_the_me
     )
     [m] = memories
     assert "Rust" in m.text and "ruby" not in m.text.lower()
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "No nuts in anything for tonight's dinner party please.",
+        "No garlic in anything tonight please, we have a date.",
+        "Please put all the replies in this thread in bold.",
+        "Always use tabs here in Makefile.",
+    ],
+)
+def test_a_rule_for_one_occasion_or_one_text_stays_scoped(said: str) -> None:
+    assert rules.scoped(said)
+
+
+def test_a_call_back_is_no_name_and_a_task_after_a_fact_is_not_joined_to_it() -> None:
+    assert rules._RULE_ASKED.match("could you call me back?") is None
+    assert rules.sentences("i'm allergic to tree nuts. for everyone else, make a normal chocolate cake.") == [
+        "i'm allergic to tree nuts.",
+        "for everyone else, make a normal chocolate cake.",
+    ]
+    assert rules.sentences("Have you ever been to Paris? Never.") == ["Have you ever been to Paris?", "Never."]
+
+
+@pytest.mark.parametrize(
+    "added",
+    ["From now on give me Kotlin examples too.", "From now on give me Kotlin examples alongside the Ruby ones."],
+)
+async def test_a_rule_that_adds_a_value_leaves_the_old_rule(added: str) -> None:
+    memories, _ = await remember(["Please default to Ruby for code examples from now on."], [added])
+    assert len(memories) == 2
+
+
+async def test_an_answer_to_the_assistants_question_about_the_user_is_not_an_echo() -> None:
+    memories, _ = await remember(
+        ["Can you check my essay intro?", "A: Which spelling do you use, British or American?", "British please"]
+    )
+    assert [m.text for m in memories] == ["British."]
+
+
+@pytest.mark.parametrize(
+    ("said", "kept"),
+    [
+        ("Explain climate change: is it reversible?", "Explain climate change: is it reversible?"),
+        ("Fam is everything to me", "Fam is everything to me"),
+        ("Good morning is my favourite time", "Good morning is my favourite time"),
+        ("Small change: answer in English from now on", "answer in English from now on"),
+    ],
+)
+def test_a_lead_in_takes_no_words_of_the_sentence(said: str, kept: str) -> None:
+    assert rules.strip_lead_in(said) == kept
+
+
+def test_a_verb_in_ly_is_no_adverb() -> None:
+    assert rules.as_memory("I reapply sunscreen every 2 hours") == "User reapplies sunscreen every 2 hours."
+    assert rules.as_memory("I officially switched to tea") == "User officially switched to tea."

@@ -136,10 +136,11 @@ _OPENER = (
     r"alright|anyway|anyways|anyhow|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|plot twist|"
     # greetings and thanks in other languages before English ("Cześć. Call me Tomek"; words.toml)
-    rf"{_GREETINGS})\b[\s:,!.-]*)|"
+    rf"{_GREETINGS})\b(?!\s+(?:is|are|was|were|code|says|said|means)\b)[\s:,!.-]*)|"  # not "Fam is everything"
     # news of a change up to its colon: "Update:", "Small change:", "lol update on the coffee front:",
     # "Correction to what I told you before:", "sad news," -- what follows is the change
-    r"(?:(?:[\w']+\s+){0,3}?(?:update|correction|change)(?:\s+(?:on|to|about)\s+[^:.!?]{1,40}?)?\s*:\s*)|"
+    r"(?:(?:(?:a|one|small|quick|big|minor|slight|tiny|little|another)\s+)?change\s*:\s*)|"
+    r"(?:(?:[\w']+\s+){0,3}?(?:update|correction)(?:\s+(?:on|to|about)\s+[^:.!?]{1,40}?)?\s*:\s*)|"
     r"(?:(?:sad|good|big|some|bad|great|exciting)\s+news\b\s*[:,!.-][\s:,!.-]*)|"
     # "one rule for you:", "new rule:": what follows is the rule
     r"(?:(?:and )?(?:one|a|another|new|my|quick)\s+(?:rule|request)(?:\s+for\s+you)?\s*:\s*)|"
@@ -168,9 +169,11 @@ _SPLIT = re.compile(
     r"(?<=[.!?;])(?<!\bDr\.)(?<!\bMr\.)(?<!\bMs\.)(?<!\bMrs\.)(?<!\bProf\.)(?<!\bvs\.)"
     r"(?<!\be\.g\.)(?<!\bi\.e\.)\s+|(?<=[\u3002\uff01\uff1f\u0964])\s*|\n+"
     # an emoji before a question ends a sentence as a full stop does: "coding was not it for me 😅 what are
-    # the basics" (not "back to the office 😩 so now I need packable lunches": one sentence)
-    r"|(?<=[\U0001F300-\U0001FAFF])\s+"
-    r"(?=(?i:what|how|can|could|any|is|are|do|does|which|where|when|why|should)\b|[^.!?\n]*\?+\s*$)"
+    # the basics" (not "back to the office 😩 so now I need packable lunches, any ideas?", "moved to Berlin 🎉
+    # where I start at SAP", "my dog 🐶 is a beagle": one sentence)
+    r"|(?<=[\u2600-\u27BF\U0001F300-\U0001FAFF])\s+"
+    r"(?=(?i:what|how|can|could|do|does|which|why|should)\b"
+    r"|(?!(?i:so|and|but|then|because|cause|cuz|where|when|which|who)\b)[^.!?\n]*\?+\s*$)"
     # "I want to make a curry, but here's the thing: I'm allergic to shellfish": the point is a sentence
     r"|,?\s+(?:but\s+|and\s+)?(?:here's|heres|here is) the thing\s*:\s*"
     # a dash before the message's closing question: "just on mobile on the train - is 0.2% high?"
@@ -262,7 +265,7 @@ def sentences(text: str) -> list[str]:
         if out and _lead_in_alone(out[-1]) and not (len(out) >= 2 and _BARE_POINTER.match(out[-1])):
             out[-1] = f"{out[-1].rstrip('.! ')}: {piece}"
             continue
-        if out and _GOES_ON_FROM.match(piece):  # "no emojis. ever. in anything you write for me."
+        if out and not out[-1].endswith("?") and _GOES_ON_FROM.match(piece):  # "no emojis. ever. in anything ..."
             out[-1] = f"{out[-1].rstrip('.! ')}, {piece[0].lower()}{piece[1:]}"
             continue
         out += _asides_lifted(piece)
@@ -272,7 +275,7 @@ def sentences(text: str) -> list[str]:
 # a piece that only goes on with the sentence before it: emphasis, or the scope of a rule in lower case
 _GOES_ON_FROM = re.compile(
     r"^(?i:(?:not )?ever|never|period|full stop|at all|no exceptions)[.!]*$|"
-    r"^(?:in|for|on|with) (?:any|all|every)\w*\b[^?]*$"
+    r"^in (?:anything|everything|all) (?:you|of your)\b[^?]*$"
 )
 
 
@@ -360,7 +363,8 @@ _UNCHANGED = frozenset(  # modals and past tenses keep their form after "User"
 def _adverb(word: str) -> bool:
     """An adverb before the verb: "User officially switched", not "User officiallies switched"."""
     low = word.lower()
-    return low in _ADVERBS or (low.endswith("ly") and len(low) > 4 and low not in _NOT_ADVERBS)
+    verb = re.sub(r"^(?:re|over|under|mis)(?=\w{3})", "", low)  # "reapply", "resupply"
+    return low in _ADVERBS or (low.endswith("ly") and len(low) > 4 and not {low, verb} & _NOT_ADVERBS)
 
 
 _NOT_ADVERBS = frozenset("apply reply rely supply fly multiply imply comply ally bully rally tally sully".split())
@@ -485,7 +489,8 @@ _RULE_ASKED = re.compile(
     r"^(?:can|could|would|will) you (?:please )?(?:always|never|from now on|stop)\b"
     r"|^(?:can|could|would|will) you\b.*\b(?:from now on|going forward)\W*$"
     # "can you just call me Carlos now?"
-    r"|^(?:can|could|would|will) you (?:just |please |pls )*call me \w+(?: now| instead)?\W*$"
+    r"|^(?:can|could|would|will) you (?:just |please |pls )*call me (?!(?i:back|later|tomorrow|tonight|now)\b)"
+    r"(?-i:[A-Z])[\w'-]+(?: now| instead)?\W*$"
     rf"|{_NOT_WHEN_YOU_REPLY}",
     re.I,
 )
@@ -541,9 +546,12 @@ _STANDING = re.compile(
     r"every ?time(?! (?:i|we|my|our)\b(?! (?:ask|request|want|need|send|message)))|"  # "every time I ask ..." is a rule
     r"(?<!\bspent )(?<!\bspend )(?<!\blost )(?<!\boff )(?<!\bused )(?<!\bate )all (?:my |future )|"
     r"whenever|for future reference|in general|generally|in every|all the time|"
-    r"(?:in |for )?all (?:of )?(?:your |the )?(?:answers|replies|responses)|"  # "in all of your answers to me"
-    # "no mushrooms in anything, please" (not for a guest: "no mushrooms in anything, he can't stand them")
-    r"(?<!\bfind it )in anything(?! (?:else|like|on|at|from|that|this)\b)(?!.*\b(?:he|she|him|her)\b)|"
+    # "in all of your answers to me" (not "I tried all the answers", "all the replies in this thread")
+    r"(?:in |for )?all (?:of )?your (?:answers|replies|responses)(?!.*\b(?:tonight|today|this|that)\b)|"
+    # "no mushrooms in anything, please" (not for a guest: "no mushrooms in anything, he can't stand them";
+    # not for one occasion: "no garlic in anything tonight")
+    r"(?<!\bfind it )in anything(?! (?:else|like|on|at|from|that|this)\b)"
+    r"(?!.*\b(?:he|she|him|her|tonight|today|tomorrow|this|party|dinner)\b)|"
     r"(?:goes|applies) (?:for|to) (?:every|all|any)\b|"  # "..., that goes for every trip"
     # "anything you write for me", "in any plan you give me" (not "anything you write for me today")
     r"(?:for |in )?(?:anything|everything|any \w+|every \w+) you (?:write|draft|make|send|produce|give|suggest|"
@@ -556,7 +564,7 @@ _SCOPED = re.compile(
     r"chart|page|slide|slides|version|option|options|commit|pr|ticket|report|summary|translation)\b"
     r"|\bfor now\b|\bjust this\b|\bthis time\b|\btoday\b|\btonight\b|\bright now\b|\bfor the moment\b"
     r"|\btomorrow\b|\btmrw?\b|\bthis (?:week|weekend)\b|\bnext week\b|\bone-?off\b|\b(?:just )?this once\b"
-    r"|\bfor this\b|\bhere\b(?!\s+in\s+(?-i:[A-Z]))|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
+    r"|\bfor this\b|\bhere\b|\bin this\b|\b(?:attached|above|below|following)\b(?! \d)"
     r"|\bthe (?:first|second|third|last|other|former|latter|previous|next|new|old) (?:one|option|version)\b"
     r"|\bover the (?:other|first|second)\b|(?-i:\brn\b)"  # "rn", not "RN" (a registered nurse)
     # one of the things in front of the user ("one of these tablets"), a word of the text at hand ("'grow' is
@@ -603,7 +611,14 @@ def scoped(sentence: str) -> bool:
     """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
     if _NOT_JUST.search(sentence):
         return False
-    return bool(_SCOPED.search(_THE_ONE_WHO.sub(" ", sentence))) and not _STANDING.search(sentence)
+    text = _THE_ONE_WHO.sub(" ", sentence)
+    if _OWN_LIFE.search(text):  # "we finally opened the eatery here in Mandaue": a place, not the text at hand
+        text = _HERE_IN_A_PLACE.sub(" ", text)
+    return bool(_SCOPED.search(text)) and not _STANDING.search(sentence)
+
+
+_OWN_LIFE = re.compile(r"\b(?:i|i'm|im|we|we're|my|our)\b", re.I)
+_HERE_IN_A_PLACE = re.compile(r"\bhere in (?-i:[A-Z])[\w'-]+(?!\s*\d)", re.I)
 
 
 def standing_words(sentence: str) -> bool:
@@ -876,11 +891,16 @@ def relation_of(text: str) -> tuple[str, str] | None:
     return best
 
 
+_TITLE = r"(?:Mr|Mrs|Ms|Miss|Dr|Prof|Sir|Madam)"
 _NAME = re.compile(
-    r"\b(?i:calls? (?:me|them)|(?:address|refer to) (?:me|them) as|(?:my|user's) name is|"
+    # "everyone calls me Kiko" (not "my brother calls me Stinky", "Kubernetes calls them Pods")
+    r"\b(?i:call (?:me|them)|(?:everyone|everybody|people|my friends|friends|they all) calls? (?:me|them)|"
+    r"(?:address|refer to) (?:me|them) as|(?:my|user's) name is|"
     r"(?:i go|they go|user goes) by|(?:i'd|i would|they'd|they would|user would) rather be(?: called)?)"
-    r"\s+(?P<name>(?:(?:Mr|Mrs|Ms|Miss|Dr|Prof|Sir|Madam)\.?\s+)?[A-Z][\w'-]+)"
-    r"|\bjust (?P<first>[A-Z][\w'-]+),? from now on"  # "please, just Hamid from now on"
+    # a title goes with the name ("Dr. Rahimi"); alone it is no name ("call me Sir")
+    rf"\s+(?P<name>{_TITLE}\.?\s+[A-Z][\w'-]+|(?!{_TITLE}\b)[A-Z][\w'-]+)"
+    # "please, just Hamid from now on" (not "use just Markdown from now on")
+    r"|(?:^|[,.!:]\s*|(?i:please),?\s+)(?i:just) (?P<first>[A-Z][\w'-]+),? (?i:from now on)"
 )
 _NOT_NAME = re.compile(r"\b(?i:never|not|don't|dont|do not|stop|n't)\s*$")  # "don't call me Maggie"
 
@@ -1134,7 +1154,9 @@ class RulesPolicy:
                 results.append(f"Nothing remembered from {msg.message_id}: {verdict.reason}")
                 continue
             reply = replies.get(msg.message_id)
-            if reply is not None:  # "chipotle mayo yes", "nopales, ok": the user takes up the reply's own words
+            # "chipotle mayo yes", "nopales, ok": the user takes up the reply's own words (not an answer to a
+            # question about the user: "Which spelling do you use?" "British please")
+            if reply is not None and not _ASKS_ABOUT_THE_USER.search(reply):
                 kept = [i for i, s in enumerate(said) if not _echoes(s, reply)]
                 said, kinds = [said[i] for i in kept], [kinds[i] for i in kept]
             # the same for a sentence the detector is sure speaks to the memory or the assistant's rules
@@ -1622,14 +1644,14 @@ class RulesPolicy:
             return [_note(tools, text.rstrip("."), [msg.message_id])]
         return self._graduate(tools, msg, body, text, best, last)
 
-    def _ended_here(self, around: _Message | None, msg: Message, vector: np.ndarray, body: str = "") -> Memory | None:
+    def _ended_here(self, around: _Message | None, msg: Message, vector: np.ndarray, body: str) -> Memory | None:
         """The memory a sentence of this message says came to an end, when this sentence is close
         enough to it to be its replacement (CHANGE_TOPIC; ENDED_THEN_NOW when the sentence says a
         change too: "ditched anki ... writing flashcards by hand now") and has not already changed it."""
         ended = around.ended if around else None
         if ended is None or msg.message_id in ended.evidence:
             return None
-        bar = ENDED_THEN_NOW if body and says_changed(body) else CHANGE_TOPIC
+        bar = ENDED_THEN_NOW if says_changed(body) else CHANGE_TOPIC
         return ended if self._closeness(ended.text, vector) >= bar else None
 
     def _closeness(self, text: str, vector: np.ndarray) -> float:
@@ -1988,12 +2010,16 @@ class RulesPolicy:
             if not (changing or new_rule):
                 continue
             shared = cats & categories(m.text)
+            # "Kotlin examples too", "... alongside the Ruby ones": a value beside the old one, not instead
+            adds = _ADDS.search(text) or all(
+                set(category_words(m.text, c)) <= set(category_words(text, c)) for c in shared
+            )
             exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
-            if exclusive and _alternatives(m.text, text, exclusive):
+            if exclusive and _alternatives(m.text, text, exclusive) and not adds:
                 return m  # "switch to metric from now on" after "please use imperial units"
             rest = {w for w in want if w not in _CATEGORY_OF} & {w for w in have if w not in _CATEGORY_OF}
             topics = shared if changing else shared - {"language"}  # the replies' language: `_reply_language`
-            if topics and rest and _alternatives(m.text, text, topics) and not _ADDS.search(text):
+            if topics and rest and _alternatives(m.text, text, topics) and not adds:
                 # "from now on answer in Spanish" after "always answer in French"; "Golang examples from
                 # now on" after "default to Python for code examples" (not "... as well")
                 return m
@@ -2621,7 +2647,8 @@ def _conversations(tools: MemoryTools, message_ids: list[str]) -> set[str]:
     return {tools.shown[mid].conversation_id for mid in message_ids if mid in tools.shown}
 
 
-_ADDS = re.compile(r"\b(?:as well|also|in addition)\b", re.I)  # "times in UTC as well": beside, not instead
+# "times in UTC as well", "Kotlin examples too", "... alongside the Ruby ones": beside, not instead
+_ADDS = re.compile(r"\b(?:as well|also|in addition|alongside|along with|besides|too(?=\W*$))\b", re.I)
 
 
 def _unsure(body: str) -> bool:
@@ -2902,6 +2929,12 @@ def _replies_before(messages: list[Message]) -> dict[str, str]:
             before[m.message_id] = previous.text
         last[m.conversation_id] = m
     return before
+
+
+# a question about the user's own ways, not a choice for the task ("do you want ...", "would you like ...")
+_ASKS_ABOUT_THE_USER = re.compile(
+    r"\b(?:do you(?! want| need)|are you|you usually|you prefer|your usual)\b[^.!?]*\?", re.I
+)
 
 
 def _echoes(sentence: str, reply: str) -> bool:
