@@ -151,5 +151,5 @@ def without_old(sentence: str, old_text: str) -> str:
         return sentence
     result = "".join(kept).strip().rstrip(",;:")
     new_words = rules.content_words(result) - rules.content_words(old_text)
-    enough = len(new_words) >= 2 or (new_words and len(rules.content_words(result)) >= 2)
+    enough = len(new_words) >= 2 or (bool(new_words) and len(rules.content_words(result)) >= 2)
     return result if enough else sentence  # too little left: the user's whole sentence

@@ -607,6 +607,10 @@ _NOT_JUST = re.compile(
 )
 
 
+_OWN_LIFE = re.compile(r"\b(?:i|i'm|im|we|we're|my|our)\b", re.I)
+_HERE_IN_A_PLACE = re.compile(r"\bhere in (?-i:[A-Z])[\w'-]+(?!\s*\d)", re.I)  # "here in Mandaue"
+
+
 def scoped(sentence: str) -> bool:
     """Words that tie a sentence to the task at hand ("this email", "for now"), without standing words."""
     if _NOT_JUST.search(sentence):
@@ -615,10 +619,6 @@ def scoped(sentence: str) -> bool:
     if _OWN_LIFE.search(text):  # "we finally opened the eatery here in Mandaue": a place, not the text at hand
         text = _HERE_IN_A_PLACE.sub(" ", text)
     return bool(_SCOPED.search(text)) and not _STANDING.search(sentence)
-
-
-_OWN_LIFE = re.compile(r"\b(?:i|i'm|im|we|we're|my|our)\b", re.I)
-_HERE_IN_A_PLACE = re.compile(r"\bhere in (?-i:[A-Z])[\w'-]+(?!\s*\d)", re.I)
 
 
 def standing_words(sentence: str) -> bool:
@@ -1617,9 +1617,8 @@ class RulesPolicy:
         vector = np.asarray(kind.vector, dtype=np.float64)
         closest = self._closest_memory(tools, vector)
         if not _asks_at_the_end(body):  # "when is 10am New York for me now" changes nothing
-            if (
-                self._ended_here(around, msg, vector, body) is not None
-            ):  # "the paleo phase is over. normal cooking is fine"
+            # "the paleo phase is over. normal cooking is fine"
+            if self._ended_here(around, msg, vector, body) is not None:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
             if closest is not None and closest[1] >= CHANGE_TOPIC and says_changed(body) and _may_change(body):
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)  # "I actually like cilantro now"
