@@ -512,11 +512,22 @@ async def test_a_new_value_of_the_same_topic_replaces_the_rule(first: str, then:
     assert all(k in m.text for k in kept) and m.evidence == ["m1", "m2"]
 
 
-async def test_a_value_from_now_on_as_well_is_beside_the_rule() -> None:
-    memories, _ = await remember(
-        ["I write nearly all my code in Ruby, so default to Ruby for code examples."],
-        ["From now on give me Kotlin examples as well."],
-    )
+@pytest.mark.parametrize(
+    ("rule", "added"),
+    [
+        (
+            "I write nearly all my code in Ruby, so default to Ruby for code examples.",
+            "From now on give me Kotlin examples as well.",
+        ),
+        ("Please default to Ruby for code examples from now on.", "From now on give me Kotlin examples too."),
+        (
+            "Please default to Ruby for code examples from now on.",
+            "From now on give me Kotlin examples alongside the Ruby ones.",
+        ),
+    ],
+)
+async def test_a_value_from_now_on_as_well_is_beside_the_rule(rule: str, added: str) -> None:
+    memories, _ = await remember([rule], [added])
     assert len(memories) == 2
 
 
@@ -2707,15 +2718,6 @@ def test_a_call_back_is_no_name_and_a_task_after_a_fact_is_not_joined_to_it() ->
         "for everyone else, make a normal chocolate cake.",
     ]
     assert rules.sentences("Have you ever been to Paris? Never.") == ["Have you ever been to Paris?", "Never."]
-
-
-@pytest.mark.parametrize(
-    "added",
-    ["From now on give me Kotlin examples too.", "From now on give me Kotlin examples alongside the Ruby ones."],
-)
-async def test_a_rule_that_adds_a_value_leaves_the_old_rule(added: str) -> None:
-    memories, _ = await remember(["Please default to Ruby for code examples from now on."], [added])
-    assert len(memories) == 2
 
 
 async def test_an_answer_to_the_assistants_question_about_the_user_is_not_an_echo() -> None:

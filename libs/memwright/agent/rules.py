@@ -1997,6 +1997,7 @@ class RulesPolicy:
         want = content_words(text)
         cats = categories(text)
         language = _reply_language(text)
+        beside = _ADDS.search(text) is not None
         for m in tools.memories.values():
             if m.author != "agent":
                 continue
@@ -2010,9 +2011,7 @@ class RulesPolicy:
                 continue
             shared = cats & categories(m.text)
             # "Kotlin examples too", "... alongside the Ruby ones": a value beside the old one, not instead
-            adds = _ADDS.search(text) or all(
-                set(category_words(m.text, c)) <= set(category_words(text, c)) for c in shared
-            )
+            adds = beside or all(set(category_words(m.text, c)) <= set(category_words(text, c)) for c in shared)
             exclusive = shared if changing == CORRECTED else shared & EXCLUSIVE_CATEGORIES
             if exclusive and _alternatives(m.text, text, exclusive) and not adds:
                 return m  # "switch to metric from now on" after "please use imperial units"
