@@ -59,6 +59,9 @@ DEFAULT_DATASET = "memories.jsonl"
 # "probe9": 80 more users from the same update-weighted spec by two more such helpers, written in the
 # nineteenth round after its first rules: measured untuned at the round's start and at its end, to say
 # whether the round's rules carry over to people no one tuned on.
+# "probe10": 80 users of the five categories (8 of each per helper) by two new helpers from the holdout
+# spec, for the twentieth round: committed before its findings were read and measured untuned at the
+# round's start and at its end.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -81,6 +84,7 @@ SPLITS = {
     "probe7": "probe7.jsonl",
     "probe8": "probe8.jsonl",
     "probe9": "probe9.jsonl",
+    "probe10": "probe10.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
