@@ -1628,7 +1628,9 @@ class RulesPolicy:
             if self._same_slot(tools, vector, body, [msg.message_id], msg.text) is not None:
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
             # "I'm on iPhone" held, then "switched to a Pixel, Android now"
-            if _is_standing_change(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED) is not None:
+            # ... or in another language, where the words.toml `change` words say it ("J'ai quitté Airbus,
+            # je suis maintenant à Bordeaux" after "Je travaille chez Airbus à Toulouse" held)
+            if _changes_a_standing_thing(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED):
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
         text = phrasing.memory_text(body, self._clause_score)
         best = self._repeats(tools, msg, text)
@@ -2815,6 +2817,14 @@ def _is_standing_change(text: str) -> int:
         )
         and _may_change(text)
     )
+
+
+def _changes_a_standing_thing(body: str) -> bool:
+    """`_is_standing_change`, whose words are English; in another language, the words.toml `change`
+    words in a sentence that may change a memory."""
+    if phrasing.is_english(body):
+        return bool(_is_standing_change(body))
+    return says_changed(body) and _may_change(body)
 
 
 def _without_old(clause: str, old: str | None) -> str:
