@@ -1048,6 +1048,24 @@ def test_a_sentence_is_remembered_at_once_only_when_its_task_reading_does_not_ou
     assert RulesPolicy._roles(["I really love the way you put that"], [kind]) == [role]
 
 
+@pytest.mark.parametrize(
+    ("said", "follow_up", "standing", "role"),
+    [
+        ("and the rings are mostly ice right", True, 0.45, "weak"),  # the answer, taken further
+        ("ok so the train always wins", True, 0.5, "weak"),
+        ("and the rings are mostly ice right", False, 0.45, "standing"),  # no answer to carry on from
+        ("and I don't eat pork", True, 0.7, "standing"),  # sure enough
+        ("I don't eat pork and never have, it is a religious thing for me", True, 0.45, "standing"),
+    ],
+)
+def test_a_few_words_that_carry_on_from_the_answer_are_about_it(
+    said: str, follow_up: bool, standing: float, role: str
+) -> None:
+    probs = {"standing": standing, "task": 0.3, "weak": 0.7 - standing}
+    kind = SentenceType("standing", probs, vector=(1.0, 0.0))
+    assert RulesPolicy._roles([said], [kind], follow_up=follow_up) == [role]
+
+
 async def test_pls_after_an_aside_opener_still_reads_as_a_standing_request() -> None:
     memories, _ = await remember(
         ["haha my cat hates the vet. totally unrelated but pls stop opening with 'Great question'"]

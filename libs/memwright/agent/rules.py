@@ -79,6 +79,8 @@ STANDING_AT_OTHER_LANGUAGE = 0.6  # ... in another language (the foreign head: c
 TASK_MARGIN = 0.2  # ... unless p(task) is higher by more than this ("this is really helpful, thank you")
 ECHO_WORDS = 5  # words at most of a sentence that only takes up the words of the reply before it ("indomie ya")
 NARROWING_WORDS = 4  # words at most of a bare request after a question that narrows it ("calm water please")
+FOLLOW_UP_WORDS = 8  # a reply to the assistant that opens by carrying on from it, in this many words or fewer,
+FOLLOW_UP_AT = 0.6  # ... is remembered at once only at this p(standing) ("and three hearts right": not a fact)
 WEAK_AT = 0.1  # p(weak) + p(standing) at which a sentence is held as a hypothesis
 GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning to graduate
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
@@ -1166,7 +1168,7 @@ class RulesPolicy:
                 why = f"'{steering[:60]}' speaks to the memory or its rules."
                 results.append(f"Nothing remembered from {msg.message_id}: {why}")
                 continue
-            said, kinds, roles = _joined(said, kinds, self._roles(said, kinds))
+            said, kinds, roles = _joined(said, kinds, self._roles(said, kinds, follow_up=reply is not None))
             roles = self._with_buried_change(tools, said, kinds, roles)
             around = _Message(said, _ended_memory(tools, said))
             pending: str | None = None  # a correction ("Actually, ...") carries to the next sentence
@@ -1325,12 +1327,14 @@ class RulesPolicy:
 
     # ---- by meaning (the trained detector) --------------------------------------------
     @staticmethod
-    def _roles(said: list[str], kinds: list[SentenceType]) -> list[str | None]:
+    def _roles(said: list[str], kinds: list[SentenceType], follow_up: bool = False) -> list[str | None]:
         """Which sentence of a message the trained detector speaks for: at most one `standing`
         (the likeliest), with the sentences next to it that read as standing too `beside` it
         (`_joined`), else at most one `weak`. Beside an explicit preference a pattern read in the
         message, only a `standing` the detector is sure of (STANDING_BESIDE_EXPLICIT_AT) that says
-        something else: two lasting things in one message are two memories."""
+        something else: two lasting things in one message are two memories. In a `follow_up` (a
+        reply to the assistant's answer), a few words that open by carrying on from that answer are
+        about it: standing only at FOLLOW_UP_AT."""
         roles: list[str | None] = [None] * len(said)
         if not kinds or kinds[0].vector is None or any(k.label == "meta" for k in kinds):
             return roles
@@ -1365,6 +1369,14 @@ class RulesPolicy:
             and not _someone_elses(bodies[i])
             and not _VERDICT.match(bodies[i])
             and not _with_me_now(bodies[i])
+            # "and three hearts right", "so monthly always wins": the answer, taken further
+            and not (
+                follow_up
+                and i == 0
+                and _CARRIES_ON.match(said[i])
+                and len(words(said[i])) <= FOLLOW_UP_WORDS
+                and kinds[i].p("standing") < FOLLOW_UP_AT
+            )
             # "yes spanish.": a one-word answer to the assistant's question
             # ... or a one-word reaction ("crying. ok thank you"); "Vegetarian." alone is a fact
             and not (
@@ -2954,6 +2966,10 @@ def _echoes(sentence: str, reply: str) -> bool:
         return False
     own = content_words(_ACKNOWLEDGED.sub(" ", body))
     return bool(own) and own <= content_words(reply)
+
+
+# a message that carries on from the assistant's answer: "and if he plays d4", "ok so I just apply", "right, ..."
+_CARRIES_ON = re.compile(r"^\W*(?:(?:ok(?:ay)?|right|oh|ah)\W+)?(?:and|so|but|then|right)\b", re.I)
 
 
 # a nod to the reply: "yes", "ok", "right", "ya", "please"
