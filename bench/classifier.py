@@ -8,7 +8,8 @@ llm policy's skip.
    on the embedder bench's messages (bench/embedder.py), one message at a time and in runs of 20;
    and the update reader's cost (agent/replace.py) for one sentence against ten memories, and the slot
    reader's (agent/slots.py) for a sentence and ten memories with two clauses each; then the
-   reader of other languages (classify.py): its load, resident memory and cost per message.
+   reader of other languages (classify.py) and the whole-message encoder of repeats (embeddings/e5.py):
+   their load, resident memory and cost per message.
 2. Model calls per 100 user windows on a realistic mix, with and without the skip: every
    conversation of the labelled train and dev splits is one window (the curator's unit of work;
    test is never read here). The hypotheses a window could revisit are those the default policy
@@ -64,11 +65,13 @@ def child(messages: int, singles: int) -> dict[str, Any]:
     batch_s, batch_cpu = time.perf_counter() - t0, time.process_time() - cpu0
     reader_ms = _update_reader_ms(detector, split)
     slot_ms = _slot_reader_ms(detector, split)
-    repeat = _repeat_match_ms(detector, texts)
     foreign = _foreign_cost(detector, singles)
+    message = _message_cost(detector, texts[:singles])
+    repeat = _repeat_match_ms(detector, texts)
     rss_after, peak = _rss_mb()
     return {
         **foreign,
+        **message,
         "detector": detector.version,
         "import_s": round(imported - started, 3),
         "load_s": round(loaded - imported, 3),
@@ -125,6 +128,32 @@ def _foreign_cost(detector: Any, singles: int) -> dict[str, Any]:
     }
 
 
+def _message_cost(detector: Any, texts: list[str]) -> dict[str, Any]:
+    """The whole-message encoder (e5, loaded on the first repeat it reads): its load time and
+    resident memory, and its cost per message (each message encoded once, as the policy's cache
+    has it)."""
+    if not texts or not hasattr(detector, "message_encoder"):
+        return {}
+    rss_before, _ = _rss_mb()
+    t0 = time.perf_counter()
+    if detector.message_encoder() is None:
+        return {}
+    load_s = time.perf_counter() - t0
+    rss_loaded, _ = _rss_mb()
+    times = []
+    for text in texts:
+        t0 = time.perf_counter()
+        detector.embed_messages([text])
+        times.append((time.perf_counter() - t0) * 1000)
+    rss_used, _ = _rss_mb()
+    return {
+        "message_encoder_load_s": round(load_s, 3),
+        "message_encoder_rss_mb": round(rss_loaded - rss_before, 1),
+        "message_encoder_rss_in_use_mb": round(rss_used - rss_before, 1),
+        "message_encoder_p50_ms": round(statistics.median(times), 2),
+    }
+
+
 def _update_reader_ms(detector: Any, split: list[list[str]], memories: int = 10) -> float | None:
     """The update reader's cost for one sentence read against `memories` memories of one clause
     each (vectors already embedded, as the policy's cache has them): the p50 in ms."""
@@ -175,7 +204,7 @@ def _repeat_match_ms(detector: Any, texts: list[str], held: int = 10) -> dict[st
     policy = rules.RulesPolicy(detector=detector)
     hypotheses, said = texts[:held], texts[held : held + 200]
     policy._clause_match(hypotheses[:1], hypotheses)  # warm: the held ones are read once per user
-    sentence_ms, clause_ms = [], []
+    sentence_ms, clause_ms, message_ms = [], [], []
     for text in said:
         t0 = time.perf_counter()
         mine = policy._sentence_vectors([text])
@@ -187,13 +216,18 @@ def _repeat_match_ms(detector: Any, texts: list[str], held: int = 10) -> dict[st
         for h in hypotheses:
             policy._clause_match([text], [h])
         t2 = time.perf_counter()
+        for h in hypotheses:
+            policy._message_match(text, [h])
+        t3 = time.perf_counter()
         sentence_ms.append((t1 - t0) * 1000)
         clause_ms.append((t2 - t0) * 1000)
+        message_ms.append((t3 - t0) * 1000)
     if not said:
         return {}
     return {
         "repeat_sentences_ms": round(statistics.median(sentence_ms), 2),
         "repeat_with_clauses_ms": round(statistics.median(clause_ms), 2),
+        "repeat_with_messages_ms": round(statistics.median(message_ms), 2),
     }
 
 
@@ -288,6 +322,13 @@ async def run(say: Callable[[str], None], quick: bool) -> dict[str, Any]:
             f"load {cost['foreign_load_s']:.2f}s, resident +{cost['foreign_rss_mb']:.0f} MB; per message "
             f"p50 {cost['foreign_message_p50_ms']:.1f} ms ({cost['foreign_messages']} messages of the train split)"
         )
+    if "message_encoder_load_s" in cost:
+        say(
+            f"   whole messages (multilingual-e5-small 4-bit, loaded on the first repeat it reads): load "
+            f"{cost['message_encoder_load_s']:.2f}s, resident +{cost['message_encoder_rss_mb']:.0f} MB loaded, "
+            f"+{cost['message_encoder_rss_in_use_mb']:.0f} MB in use (its weights are mapped); "
+            f"{cost['message_encoder_p50_ms']:.1f} ms p50 per message"
+        )
     if cost["update_reader_ms"] is not None:
         say(f"   update reader: {cost['update_reader_ms']:.2f} ms p50 for one sentence against 10 memories")
     if cost["slot_reader_ms"] is not None:
@@ -296,7 +337,8 @@ async def run(say: Callable[[str], None], quick: bool) -> dict[str, Any]:
         say(
             "   repeat match, one message against 10 held hypotheses: by sentences "
             f"{cost['repeat_sentences_ms']:.2f} ms p50 (baseline), with disclosing clauses "
-            f"{cost['repeat_with_clauses_ms']:.2f} ms p50"
+            f"{cost['repeat_with_clauses_ms']:.2f} ms p50, and with whole messages too "
+            f"{cost['repeat_with_messages_ms']:.2f} ms p50"
         )
     mix = await windows()
     say(

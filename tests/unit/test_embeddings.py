@@ -251,3 +251,14 @@ async def test_the_openai_embedder_probes_the_size_and_keeps_the_order_of_the_te
         assert {b["model"] for b in asked} == {"m"}
     finally:
         await runner.cleanup()
+
+
+def test_the_message_model_is_pinned_in_the_install_and_holds_the_expected_weights() -> None:
+    from memwright.embeddings import e5
+
+    pinned = (ROOT / "requirements-nodeps.txt").read_text()
+    assert f"{e5.MODEL_PACKAGE}=={e5.MODEL_VERSION}" in pinned.splitlines()
+    with e5.model_file().open("rb") as f:
+        assert hashlib.file_digest(f, "sha256").hexdigest() == e5.WEIGHTS_SHA256
+    same, other = e5.shared().encode(["I live in Lisbon.", "Eu moro em Lisboa."]), e5.shared().encode(["Boil an egg."])
+    assert float(same[0] @ same[1]) > float(same[0] @ other[0])  # multilingual: a sentence near its translation

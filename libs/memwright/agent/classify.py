@@ -22,7 +22,9 @@ Two detectors behind one interface (`Detector.classify(sentences) -> list[Senten
   multilingual sentence encoder (embeddings/multilingual.py, loaded on the first such sentence),
   trained on the same sentences with only the question feature (the patterns are English):
   `data/foreign_head.npz`. MiniLM reads other languages little better than chance. The sentence's
-  vector stays MiniLM's, which every similarity in the policy uses.
+  vector stays MiniLM's, which every similarity in the policy uses but one: whether a weak signal
+  came back in another conversation is also read from whole messages by multilingual-e5-small
+  (embeddings/e5.py, loaded on first use; `embed_messages`).
 
 `shared_detector()` loads the trained one once per process (the curator's policy, the llm policy's
 window filter and the eval share it) and falls back to the pattern one when the model is missing.
@@ -180,6 +182,20 @@ def _load_foreign() -> tuple[Any, SentenceHead] | None:
         return None
 
 
+def _load_messages() -> Any | None:
+    """The whole-message encoder (embeddings/e5.py), or None (logged once) when it is missing or does
+    not load: repeats are then matched by MiniLM's sentences alone."""
+    try:
+        from memwright.embeddings import e5
+
+        return e5.shared()
+    except Exception as exc:  # the engine's own errors too: a broken model must not stop a run
+        structlog.get_logger("memwright.classify").warning(
+            "message_encoder_unavailable", error=f"{type(exc).__name__}: {exc}"
+        )
+        return None
+
+
 def _cached(cache: dict[str, np.ndarray], encoder: Any, texts: list[str], limit: int) -> np.ndarray:
     """`encoder`'s vectors of `texts`, encoding only those not in `cache` (cleared when full)."""
     missing = list(dict.fromkeys(t for t in texts if t not in cache))
@@ -197,10 +213,15 @@ def _cached(cache: dict[str, np.ndarray], encoder: Any, texts: list[str], limit:
 
 class TrainedDetector:
     """The head over the local MiniLM embedding. One per process (`shared_detector`).
-    `foreign` loads the reader of other languages (encoder and head) on first use; None: none."""
+    `foreign` loads the reader of other languages (encoder and head) on first use, `messages` the
+    whole-message encoder; None: none."""
 
     def __init__(
-        self, embedder: Any, head: SentenceHead, foreign: Callable[[], tuple[Any, SentenceHead] | None] | None = None
+        self,
+        embedder: Any,
+        head: SentenceHead,
+        foreign: Callable[[], tuple[Any, SentenceHead] | None] | None = None,
+        messages: Callable[[], Any | None] | None = None,
     ) -> None:
         self.embedder = embedder
         self.head = head
@@ -210,6 +231,9 @@ class TrainedDetector:
         self._load_foreign = foreign
         self._foreign: tuple[Any, SentenceHead] | None = None
         self._foreign_lock = threading.Lock()
+        self._load_messages = messages
+        self._messages: Any | None = None
+        self._message_cache: dict[str, np.ndarray] = {}
 
     def foreign(self) -> tuple[Any, SentenceHead] | None:
         """The reader of other languages, loaded once (a missing one is not retried)."""
@@ -218,6 +242,14 @@ class TrainedDetector:
                 load, self._load_foreign = self._load_foreign, None  # tried once, even if it fails
                 self._foreign = load()
             return self._foreign
+
+    def message_encoder(self) -> Any | None:
+        """The whole-message encoder, loaded once (a missing one is not retried)."""
+        with self._foreign_lock:
+            if self._load_messages is not None:
+                load, self._load_messages = self._load_messages, None
+                self._messages = load()
+            return self._messages
 
     CACHE = 4096  # sentences whose vectors are kept, per encoder (a run compares a window with what it holds)
 
@@ -230,6 +262,11 @@ class TrainedDetector:
         of other languages is not there."""
         reader = self.foreign()
         return None if reader is None else _cached(self._across_cache, reader[0], texts, self.CACHE)
+
+    def embed_messages(self, texts: list[str]) -> np.ndarray | None:
+        """Whole-message vectors (e5), cached; None when the encoder is not there."""
+        encoder = self.message_encoder()
+        return None if encoder is None else _cached(self._message_cache, encoder, texts, self.CACHE)
 
     def classify(self, sentences: list[str]) -> list[SentenceType]:
         if not sentences:
@@ -264,7 +301,7 @@ def shared_detector() -> Detector:
             try:
                 from memwright.embeddings import local
 
-                _shared["d"] = TrainedDetector(local.shared(), SentenceHead.load(), _load_foreign)
+                _shared["d"] = TrainedDetector(local.shared(), SentenceHead.load(), _load_foreign, _load_messages)
             except (ImportError, ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile):  # missing, stale, torn
                 _shared["d"] = PatternDetector()
         return _shared["d"]

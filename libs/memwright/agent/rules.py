@@ -14,9 +14,10 @@ labelled data in the repo), which reads what the patterns miss, in any wording:
 - a sentence read as a task that says something changed and that the reader reads as replacing a
   memory is a change of mind buried in a message about something else: it updates that memory;
 - else its likeliest weak one is held as a hypothesis, and graduates when a message of another
-  conversation matches it by meaning (the best-matching sentence pair, cosine >= MATCH_AT), citing
-  both, when a clause of either reads as more than a request (GRADUATE_AT); the same words again
-  are a repeated request, not a disclosure;
+  conversation matches it by meaning (the best-matching sentence pair, cosine >= MATCH_AT, or the
+  two whole messages by multilingual-e5-small, MESSAGE_MATCH_AT), citing both, when a clause of
+  either reads as more than a request (GRADUATE_AT); the same words again are a repeated request,
+  not a disclosure;
 - near-duplicates are found by meaning, and at the budget the two memories closest in meaning are
   consolidated (their words and receipts kept) when nothing overlaps in words.
 
@@ -86,6 +87,8 @@ GRADUATE_AT = 0.2  # ... which one of the two must reach for a repeat by meaning
 MATCH_AT = 0.4  # cosine of the best-matching sentence pair at which a weak signal has repeated
 MATCH_AT_OTHER_LANGUAGE = 0.55  # ... when the new message is not in English (close by accident more often)
 MATCH_AT_MULTILINGUAL = 0.5  # ... or the multilingual encoder's cosine for it (other scripts, translations)
+MESSAGE_MATCH_AT = 0.85  # ... or the whole-message cosine by e5 (embeddings/e5.py; its cosines lie in 0.7-1)
+MESSAGE_MATCH_WORDS = 5  # content words each message needs for that reading
 APART_ACROSS_LANGUAGES = 0.25  # multilingual cosine under which a sentence never updates a memory in another language
 DISCLOSES_AT = 0.35  # p(weak) + p(standing) at which a piece of a sentence takes part in a match by clauses
 SHARED_WORD_BONUS = 0.1  # added to that cosine when the two share a word root ("rental" ... "I rent")
@@ -1752,9 +1755,25 @@ class RulesPolicy:
                 continue  # the same request again word for word is a repeated task, not a disclosure
             if english:  # "up here in Edinburgh" ... "my flat is north facing and it's Scotland, ..."
                 score = max(score, self._clause_match([said], [h.statement, *behind]) + bonus)
+            # "five-a-side with the guys last night" ... "coach put me up front as striker": the messages
+            score = max(score, self._message_match(msg.text, behind))
             if score >= match_at and (best is None or score > best[0]):
                 best = (score, h)
         return best
+
+    def _message_match(self, text: str, behind: list[str]) -> float:
+        """The whole-message cosine (e5, `embed_messages`) of `text` with the closest of the messages
+        `behind` a hypothesis, on MiniLM's scale (MESSAGE_MATCH_AT counts as MATCH_AT); 0 without the
+        encoder or for a message of fewer than MESSAGE_MATCH_WORDS content words ("Perfect. Clean."
+        and "Cheers. Ha good." lie close as whole messages)."""
+        embed = getattr(self.detector, "embed_messages", None)
+        theirs = [t for t in behind if len(content_words(t)) >= MESSAGE_MATCH_WORDS]
+        if embed is None or not theirs or len(content_words(text)) < MESSAGE_MATCH_WORDS:
+            return 0.0
+        vectors = embed([text, *theirs])
+        if vectors is None:
+            return 0.0
+        return float((vectors[1:] @ vectors[0]).max()) - MESSAGE_MATCH_AT + MATCH_AT
 
     def _graduate(
         self,
