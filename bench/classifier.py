@@ -146,6 +146,7 @@ def _message_cost(detector: Any, texts: list[str]) -> dict[str, Any]:
         detector.embed_messages([text])
         times.append((time.perf_counter() - t0) * 1000)
     rss_used, _ = _rss_mb()
+    detector._message_cache.clear()  # the repeat match after this times uncached messages
     return {
         "message_encoder_load_s": round(load_s, 3),
         "message_encoder_rss_mb": round(rss_loaded - rss_before, 1),

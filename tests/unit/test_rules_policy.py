@@ -876,9 +876,18 @@ async def test_a_change_in_another_language_supersedes_the_held_hypothesis(
     before: str, after: str, new: str, old: str
 ) -> None:
     # the change words of words.toml say it where the English pattern cannot
-    memories, _ = await remember([before, "A: Claro."], [after, "A: ¡Enhorabuena!"])
+    memories, working = await remember([before, "A: Claro."], [after, "A: ¡Enhorabuena!"])
     assert any(new in m.text for m in memories)
-    assert not any(old in m.text for m in memories)
+    assert not any(old in m.text for m in memories) and working.hypotheses == []
+
+
+async def test_news_that_adds_in_another_language_keeps_what_was_held() -> None:
+    # "ahora" is a change word, "también" says the dog stays: the repeat of pets graduates, citing both
+    memories, _ = await remember(
+        ["Tengo un perro que se llama Toby.", "A: ¡Qué bien!"],
+        ["Ahora también tengo un gato que se llama Mishi.", "A: ¡Enhorabuena!"],
+    )
+    assert [m.evidence for m in memories] == [["m1", "m3"]] and "Toby" in memories[0].text
 
 
 async def test_a_short_weak_sentence_still_takes_part_in_the_match_by_meaning() -> None:
@@ -1055,7 +1064,9 @@ def test_a_sentence_is_remembered_at_once_only_when_its_task_reading_does_not_ou
         ("ok so the train always wins", True, 0.5, "weak"),
         ("and the rings are mostly ice right", False, 0.45, "standing"),  # no answer to carry on from
         ("and I don't eat pork", True, 0.7, "standing"),  # sure enough
-        ("I don't eat pork and never have, it is a religious thing for me", True, 0.45, "standing"),
+        ("and I don't eat pork and never have, it is a religious thing for me", True, 0.45, "standing"),  # long
+        ("oh and I work night shifts", True, 0.45, "standing"),  # an aside about the user
+        ("Right-handed, by the way", True, 0.45, "standing"),
     ],
 )
 def test_a_few_words_that_carry_on_from_the_answer_are_about_it(

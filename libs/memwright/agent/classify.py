@@ -22,9 +22,9 @@ Two detectors behind one interface (`Detector.classify(sentences) -> list[Senten
   multilingual sentence encoder (embeddings/multilingual.py, loaded on the first such sentence),
   trained on the same sentences with only the question feature (the patterns are English):
   `data/foreign_head.npz`. MiniLM reads other languages little better than chance. The sentence's
-  vector stays MiniLM's, which every similarity in the policy uses but one: whether a weak signal
-  came back in another conversation is also read from whole messages by multilingual-e5-small
-  (embeddings/e5.py, loaded on first use; `embed_messages`).
+  vector stays MiniLM's, which the policy's similarities use, beside the multilingual encoder's for
+  other languages; whether a weak signal came back in another conversation is also read from whole
+  messages by multilingual-e5-small (embeddings/e5.py, loaded on first use; `embed_messages`).
 
 `shared_detector()` loads the trained one once per process (the curator's policy, the llm policy's
 window filter and the eval share it) and falls back to the pattern one when the model is missing.
@@ -182,7 +182,7 @@ def _load_foreign() -> tuple[Any, SentenceHead] | None:
         return None
 
 
-def _load_messages() -> Any | None:
+def _load_message_encoder() -> Any | None:
     """The whole-message encoder (embeddings/e5.py), or None (logged once) when it is missing or does
     not load: repeats are then matched by MiniLM's sentences alone."""
     try:
@@ -213,15 +213,15 @@ def _cached(cache: dict[str, np.ndarray], encoder: Any, texts: list[str], limit:
 
 class TrainedDetector:
     """The head over the local MiniLM embedding. One per process (`shared_detector`).
-    `foreign` loads the reader of other languages (encoder and head) on first use, `messages` the
-    whole-message encoder; None: none."""
+    `foreign` loads the reader of other languages (encoder and head) on first use, `message_encoder`
+    the whole-message encoder; None: none."""
 
     def __init__(
         self,
         embedder: Any,
         head: SentenceHead,
         foreign: Callable[[], tuple[Any, SentenceHead] | None] | None = None,
-        messages: Callable[[], Any | None] | None = None,
+        message_encoder: Callable[[], Any | None] | None = None,
     ) -> None:
         self.embedder = embedder
         self.head = head
@@ -230,14 +230,14 @@ class TrainedDetector:
         self._across_cache: dict[str, np.ndarray] = {}
         self._load_foreign = foreign
         self._foreign: tuple[Any, SentenceHead] | None = None
-        self._foreign_lock = threading.Lock()
-        self._load_messages = messages
-        self._messages: Any | None = None
+        self._load_lock = threading.Lock()
+        self._load_message_encoder = message_encoder
+        self._message_encoder: Any | None = None
         self._message_cache: dict[str, np.ndarray] = {}
 
     def foreign(self) -> tuple[Any, SentenceHead] | None:
         """The reader of other languages, loaded once (a missing one is not retried)."""
-        with self._foreign_lock:
+        with self._load_lock:
             if self._load_foreign is not None:
                 load, self._load_foreign = self._load_foreign, None  # tried once, even if it fails
                 self._foreign = load()
@@ -245,11 +245,11 @@ class TrainedDetector:
 
     def message_encoder(self) -> Any | None:
         """The whole-message encoder, loaded once (a missing one is not retried)."""
-        with self._foreign_lock:
-            if self._load_messages is not None:
-                load, self._load_messages = self._load_messages, None
-                self._messages = load()
-            return self._messages
+        with self._load_lock:
+            if self._load_message_encoder is not None:
+                load, self._load_message_encoder = self._load_message_encoder, None
+                self._message_encoder = load()
+            return self._message_encoder
 
     CACHE = 4096  # sentences whose vectors are kept, per encoder (a run compares a window with what it holds)
 
@@ -301,7 +301,9 @@ def shared_detector() -> Detector:
             try:
                 from memwright.embeddings import local
 
-                _shared["d"] = TrainedDetector(local.shared(), SentenceHead.load(), _load_foreign, _load_messages)
+                _shared["d"] = TrainedDetector(
+                    local.shared(), SentenceHead.load(), _load_foreign, _load_message_encoder
+                )
             except (ImportError, ValueError, OSError, KeyError, EOFError, zipfile.BadZipFile):  # missing, stale, torn
                 _shared["d"] = PatternDetector()
         return _shared["d"]

@@ -1336,8 +1336,8 @@ class RulesPolicy:
         (`_joined`), else at most one `weak`. Beside an explicit preference a pattern read in the
         message, only a `standing` the detector is sure of (STANDING_BESIDE_EXPLICIT_AT) that says
         something else: two lasting things in one message are two memories. In a `follow_up` (a
-        reply to the assistant's answer), a few words that open by carrying on from that answer are
-        about it: standing only at FOLLOW_UP_AT."""
+        reply to an assistant answer the window holds), a few words that open by carrying on from
+        that answer and do not speak of the user are about it: standing only at FOLLOW_UP_AT."""
         roles: list[str | None] = [None] * len(said)
         if not kinds or kinds[0].vector is None or any(k.label == "meta" for k in kinds):
             return roles
@@ -1377,6 +1377,7 @@ class RulesPolicy:
                 follow_up
                 and i == 0
                 and _CARRIES_ON.match(said[i])
+                and not _speaks_of_self(bodies[i])  # "oh and I work night shifts" is an aside about the user
                 and len(words(said[i])) <= FOLLOW_UP_WORDS
                 and kinds[i].p("standing") < FOLLOW_UP_AT
             )
@@ -1648,7 +1649,7 @@ class RulesPolicy:
             if _changes_a_standing_thing(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED):
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
         text = phrasing.memory_text(body, self._clause_score)
-        best = self._repeats(tools, msg, text)
+        best = self._repeats(tools, msg, text, by_message=True)  # the message's one weak sentence (`_roles`)
         if isinstance(best, str):
             return [best]
         if best is not None and not self._discloses(body, kind, best[1]):
@@ -1723,11 +1724,12 @@ class RulesPolicy:
         return any(k.p("standing") + k.p("weak") >= GRADUATE_AT for k in self.detector.classify(texts))
 
     def _repeats(
-        self, tools: MemoryTools, msg: Message, text: str, said: str | None = None
+        self, tools: MemoryTools, msg: Message, text: str, said: str | None = None, by_message: bool = False
     ) -> tuple[float, Hypothesis] | str | None:
         """The held hypothesis of another conversation that this message (or only `said`, one of its
-        sentences) says again by meaning (the best-matching sentence pair, MATCH_AT), with its score;
-        a reason when it says one again word for word (a repeated request, not a disclosure); else None."""
+        sentences) says again by meaning (the best-matching sentence pair, MATCH_AT; with
+        `by_message`, also the two whole messages, MESSAGE_MATCH_AT), with its score; a reason when it
+        says one again word for word (a repeated request, not a disclosure); else None."""
         said = said or msg.text
         english = phrasing.is_english(said)
         mine = self._sentence_vectors([said])
@@ -1755,25 +1757,26 @@ class RulesPolicy:
                 continue  # the same request again word for word is a repeated task, not a disclosure
             if english:  # "up here in Edinburgh" ... "my flat is north facing and it's Scotland, ..."
                 score = max(score, self._clause_match([said], [h.statement, *behind]) + bonus)
-            # "five-a-side with the guys last night" ... "coach put me up front as striker": the messages
-            score = max(score, self._message_match(msg.text, behind))
+            if by_message:  # "five-a-side with the guys last night" ... "coach put me up front as striker"
+                score = max(score, self._message_match(msg.text, behind) - MESSAGE_MATCH_AT + match_at)
             if score >= match_at and (best is None or score > best[0]):
                 best = (score, h)
         return best
 
     def _message_match(self, text: str, behind: list[str]) -> float:
-        """The whole-message cosine (e5, `embed_messages`) of `text` with the closest of the messages
-        `behind` a hypothesis, on MiniLM's scale (MESSAGE_MATCH_AT counts as MATCH_AT); 0 without the
-        encoder or for a message of fewer than MESSAGE_MATCH_WORDS content words ("Perfect. Clean."
-        and "Cheers. Ha good." lie close as whole messages)."""
+        """The whole-message cosine (e5, `embed_messages`) of the user's own words in `text` with the
+        closest of the messages `behind` a hypothesis (pasted material and secrets left out); 0
+        without the encoder or for a message of fewer than MESSAGE_MATCH_WORDS content words
+        ("Perfect. Clean." and "Cheers. Ha good." lie close)."""
         embed = getattr(self.detector, "embed_messages", None)
-        theirs = [t for t in behind if len(content_words(t)) >= MESSAGE_MATCH_WORDS]
-        if embed is None or not theirs or len(content_words(text)) < MESSAGE_MATCH_WORDS:
+        if embed is None:
             return 0.0
-        vectors = embed([text, *theirs])
-        if vectors is None:
+        mine, *theirs = [_own_message(t) for t in [text, *behind]]
+        theirs = [t for t in theirs if len(content_words(t)) >= MESSAGE_MATCH_WORDS]
+        if not theirs or len(content_words(mine)) < MESSAGE_MATCH_WORDS:
             return 0.0
-        return float((vectors[1:] @ vectors[0]).max()) - MESSAGE_MATCH_AT + MATCH_AT
+        vectors = embed([mine, *theirs])
+        return 0.0 if vectors is None else float((vectors[1:] @ vectors[0]).max())
 
     def _graduate(
         self,
@@ -2547,6 +2550,11 @@ def _alternatives(old: str, new: str, shared: set[str]) -> bool:
     return any(set(category_words(old, c)) != set(category_words(new, c)) for c in shared)
 
 
+def _own_message(text: str) -> str:
+    """What the whole-message reading compares: the user's own words, secrets cut out."""
+    return " ".join(_without_secrets(sentences(material.own_words(text))))
+
+
 def _without_secrets(said: list[str]) -> list[str]:
     """A message's sentences with each secret cut out (`_before_a_secret`), and the sentence after
     one that points back at it ("... my social security number: 078-05-1120. I need it for forms.")."""
@@ -2679,7 +2687,10 @@ def _conversations(tools: MemoryTools, message_ids: list[str]) -> set[str]:
 
 
 # "times in UTC as well", "Kotlin examples too", "... alongside the Ruby ones": beside, not instead
-_ADDS = re.compile(r"\b(?:as well|also|in addition|alongside|along with|besides|too(?=\W*$))\b", re.I)
+_ADDS = re.compile(
+    r"\b(?:as well|also|in addition|alongside|along with|besides|too(?=\W*$)|también|auch|aussi|também|anche)\b",
+    re.I,
+)
 
 
 def _unsure(body: str) -> bool:
@@ -2852,10 +2863,11 @@ def _is_standing_change(text: str) -> int:
 
 def _changes_a_standing_thing(body: str) -> bool:
     """`_is_standing_change`, whose words are English; in another language, the words.toml `change`
-    words in a sentence that may change a memory."""
+    words in a sentence that may change a memory, is not tied to the task at hand ("Maintenant je
+    cherche un restaurant pour ce soir") and does not add ("Ahora también tengo un gato")."""
     if phrasing.is_english(body):
         return bool(_is_standing_change(body))
-    return says_changed(body) and _may_change(body)
+    return says_changed(body) and _may_change(body) and not _task_bound(body) and not _ADDS.search(body)
 
 
 def _without_old(clause: str, old: str | None) -> str:
@@ -2988,7 +3000,7 @@ def _echoes(sentence: str, reply: str) -> bool:
 
 
 # a message that carries on from the assistant's answer: "and if he plays d4", "ok so I just apply", "right, ..."
-_CARRIES_ON = re.compile(r"^\W*(?:(?:ok(?:ay)?|right|oh|ah)\W+)?(?:and|so|but|then|right)\b", re.I)
+_CARRIES_ON = re.compile(r"^\W*(?:(?:ok(?:ay)?|right|oh|ah)\W+)?(?:and|so|but|then|right)\b(?!-)", re.I)
 
 
 # a nod to the reply: "yes", "ok", "right", "ya", "please"
