@@ -115,6 +115,9 @@ ONE_OFFS = [
         ("Fine. Use metric.", "Use metric."),
         ("Fine dining is my thing.", "Fine dining is my thing."),  # an adjective, not a lead-in
         ("No follow-up questions at the end.", "No follow-up questions at the end."),
+        ("Right-handed, by the way.", "Right-handed, by the way."),  # a word of its own, not "right"
+        ("So-called experts annoy me.", "So-called experts annoy me."),
+        ("Ok - I am vegan.", "I am vegan."),
     ],
 )
 def test_an_interjection_is_a_lead_in_only_before_punctuation(sentence: str, body: str) -> None:

@@ -141,7 +141,8 @@ _OPENER = (
     r"alright|anyway|anyways|anyhow|first|firstly|second|secondly|finally|lastly|again|unrelated(?! to\b)|"
     r"totally unrelated(?! to\b)|on an unrelated note|(?:on a )?side note|off topic|um|uh|erm|you know what|plot twist|"
     # greetings and thanks in other languages before English ("Cześć. Call me Tomek"; words.toml)
-    rf"{_GREETINGS})\b(?!\s+(?:is|are|was|were|code|says|said|means)\b)[\s:,!.-]*)|"  # not "Fam is everything"
+    # not "Fam is everything", "Right-handed", "So-called"
+    rf"{_GREETINGS})\b(?!-\w)(?!\s+(?:is|are|was|were|code|says|said|means)\b)[\s:,!.-]*)|"
     # news of a change up to its colon: "Update:", "Small change:", "lol update on the coffee front:",
     # "Correction to what I told you before:", "sad news," -- what follows is the change
     r"(?:(?:(?:a|one|small|quick|big|minor|slight|tiny|little|another)\s+)?change\s*:\s*)|"
