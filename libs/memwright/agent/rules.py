@@ -2687,7 +2687,8 @@ def _conversations(tools: MemoryTools, message_ids: list[str]) -> set[str]:
     return {tools.shown[mid].conversation_id for mid in message_ids if mid in tools.shown}
 
 
-# "times in UTC as well", "Kotlin examples too", "... alongside the Ruby ones": beside, not instead
+# "times in UTC as well", "Kotlin examples too", "... alongside the Ruby ones", "Ahora también tengo un gato":
+# beside, not instead
 _ADDS = re.compile(
     r"\b(?:as well|also|in addition|alongside|along with|besides|too(?=\W*$)|también|auch|aussi|também|anche)\b",
     re.I,
@@ -3000,7 +3001,7 @@ def _echoes(sentence: str, reply: str) -> bool:
     return bool(own) and own <= content_words(reply)
 
 
-# a message that carries on from the assistant's answer: "and if he plays d4", "ok so I just apply", "right, ..."
+# a message that carries on from the assistant's answer: "and if he plays d4", "so monthly always wins"
 _CARRIES_ON = re.compile(r"^\W*(?:(?:ok(?:ay)?|right|oh|ah)\W+)?(?:and|so|but|then|right)\b(?!-)", re.I)
 
 
