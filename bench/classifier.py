@@ -109,23 +109,37 @@ def _foreign_cost(detector: Any, singles: int) -> dict[str, Any]:
     ][:singles]
     if not texts or not hasattr(detector, "foreign"):
         return {}
-    rss_before, _ = _rss_mb()
-    t0 = time.perf_counter()
-    if detector.foreign() is None:
+    loaded = _lazy_load(detector.foreign)
+    if loaded is None:
         return {}
-    load_s = time.perf_counter() - t0
-    rss_loaded, _ = _rss_mb()
-    times = []
-    for said in (rules.sentences(t) for t in texts):
-        t0 = time.perf_counter()
-        detector.classify(said)
-        times.append((time.perf_counter() - t0) * 1000)
+    load_s, rss_before, rss_loaded = loaded
     return {
         "foreign_load_s": round(load_s, 3),
         "foreign_rss_mb": round(rss_loaded - rss_before, 1),
         "foreign_messages": len(texts),
-        "foreign_message_p50_ms": round(statistics.median(times), 2),
+        "foreign_message_p50_ms": _p50_ms(detector.classify, [rules.sentences(t) for t in texts]),
     }
+
+
+def _lazy_load(load: Callable[[], Any]) -> tuple[float, float, float] | None:
+    """A reader loaded on first use: seconds to load, resident MB before and after; None when it
+    loads nothing (not installed)."""
+    rss_before, _ = _rss_mb()
+    t0 = time.perf_counter()
+    if load() is None:
+        return None
+    load_s = time.perf_counter() - t0
+    return load_s, rss_before, _rss_mb()[0]
+
+
+def _p50_ms(step: Callable[[Any], Any], inputs: list[Any]) -> float:
+    """The median milliseconds of `step` over `inputs`, one call each."""
+    times = []
+    for item in inputs:
+        t0 = time.perf_counter()
+        step(item)
+        times.append((time.perf_counter() - t0) * 1000)
+    return round(statistics.median(times), 2)
 
 
 def _message_cost(detector: Any, texts: list[str]) -> dict[str, Any]:
@@ -134,24 +148,18 @@ def _message_cost(detector: Any, texts: list[str]) -> dict[str, Any]:
     has it)."""
     if not texts or not hasattr(detector, "message_encoder"):
         return {}
-    rss_before, _ = _rss_mb()
-    t0 = time.perf_counter()
-    if detector.message_encoder() is None:
+    loaded = _lazy_load(detector.message_encoder)
+    if loaded is None:
         return {}
-    load_s = time.perf_counter() - t0
-    rss_loaded, _ = _rss_mb()
-    times = []
-    for text in texts:
-        t0 = time.perf_counter()
-        detector.embed_messages([text])
-        times.append((time.perf_counter() - t0) * 1000)
+    load_s, rss_before, rss_loaded = loaded
+    p50 = _p50_ms(lambda text: detector.embed_messages([text]), texts)
     rss_used, _ = _rss_mb()
     detector._message_cache.clear()  # the repeat match after this times uncached messages
     return {
         "message_encoder_load_s": round(load_s, 3),
         "message_encoder_rss_mb": round(rss_loaded - rss_before, 1),
         "message_encoder_rss_in_use_mb": round(rss_used - rss_before, 1),
-        "message_encoder_p50_ms": round(statistics.median(times), 2),
+        "message_encoder_p50_ms": p50,
     }
 
 

