@@ -59,6 +59,7 @@ import asyncio
 import re
 from dataclasses import dataclass
 from datetime import timedelta
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
@@ -2551,6 +2552,7 @@ def _alternatives(old: str, new: str, shared: set[str]) -> bool:
     return any(set(category_words(old, c)) != set(category_words(new, c)) for c in shared)
 
 
+@lru_cache(maxsize=1024)  # each held hypothesis's messages are read again for every new weak sentence
 def _own_message(text: str) -> str:
     """What the whole-message reading compares: the user's own words, secrets cut out."""
     return " ".join(_without_secrets(sentences(material.own_words(text))))
