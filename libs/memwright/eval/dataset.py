@@ -62,6 +62,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # "probe10": 80 users of the five categories (8 of each per helper) by two new helpers from the holdout
 # spec, for the twentieth round: committed before its findings were read and measured untuned at the
 # round's start and at its end.
+# "probe11": 80 more users from the same spec by two new helpers, for the twenty-first round: committed
+# before its findings were read and measured untuned at the round's start and at its end.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -85,6 +87,7 @@ SPLITS = {
     "probe8": "probe8.jsonl",
     "probe9": "probe9.jsonl",
     "probe10": "probe10.jsonl",
+    "probe11": "probe11.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
