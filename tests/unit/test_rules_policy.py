@@ -1445,6 +1445,39 @@ async def test_what_is_neither_of_the_user_nor_to_the_assistant_standing_is_not_
     assert memories == []
 
 
+@pytest.mark.parametrize(
+    ("said", "follow_up", "standing"),
+    [
+        ("hold on, why 3", True, False),  # a reaction to the answer the window holds
+        ("aaah the full heat part", True, False),
+        ("aaah the full heat part", False, True),  # no answer before it: a terse rule, maybe
+        ("Grams and Celsius instead.", True, True),  # a rule's words
+        ("Metric units.", True, True),  # a rule's topic
+        ("Lactose intolerant, by the way.", True, True),  # set apart as an aside
+        ("btw lactose intolerant", True, True),
+    ],
+)
+def test_a_few_words_after_an_answer_stand_only_with_a_cue(said: str, follow_up: bool, standing: bool) -> None:
+    probs = {"standing": 0.55, "task": 0.3, "weak": 0.15}
+    kind = SentenceType("standing", probs, vector=(1.0, 0.0))
+    assert (RulesPolicy._roles([said], [kind], follow_up=follow_up) == ["standing"]) is standing
+
+
+@pytest.mark.parametrize(
+    ("reply", "said", "kept"),
+    [
+        ("A: The interval is 3 semitones, so it sounds minor.", "hold on, why 3", None),  # a reaction to the answer
+        ("A: Boil it for 12 minutes at full heat.", "aaah the full heat part", None),
+        ("A: Here it is in cups: 2 cups flour, 1 cup milk.", "Grams and Celsius instead.", "grams"),  # a terse rule
+        ("A: Any other questions?", "Lactose intolerant, by the way.", "lactose"),  # an aside about the user
+    ],
+)
+async def test_a_few_words_after_an_answer_need_a_cue_to_be_a_rule(reply: str, said: str, kept: str | None) -> None:
+    memories, _ = await remember(["what's a good first question to ask?", reply, said])
+    texts = " ".join(m.text.lower() for m in memories)
+    assert (kept in texts) if kept else memories == [], texts
+
+
 async def test_a_terse_rule_is_still_a_preference() -> None:
     memories, _ = await remember(["Bullet points, not paragraphs, for summaries."])
     assert [m.text for m in memories] and "bullet points" in memories[0].text.lower()

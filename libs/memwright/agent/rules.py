@@ -1390,7 +1390,7 @@ class RulesPolicy:
                 and phrasing.is_english(bodies[i])
                 and (_ANSWER.match(said[i]) or _REACTION.match(bodies[i]))
             )
-            and _addressed(bodies[i])
+            and _addressed(bodies[i], follow_up and not _set_apart(said[i]))
         ]
 
         def reads_standing(i: int) -> bool:
@@ -2300,6 +2300,14 @@ class RulesPolicy:
 _ASIDE = re.compile(
     r"^(?:also|and also|oh and|by the way|btw|for the record|just so you know|fyi|ps|p\.s\.)\b", re.IGNORECASE
 )
+_ASIDE_AT_THE_END = re.compile(r"\b(?:by the way|btw|fyi|for the record)\W*$", re.IGNORECASE)
+
+
+def _set_apart(sentence: str) -> bool:
+    """Said as an aside: "by the way, ...", "... btw" (the user sets it apart from the task at hand)."""
+    return bool(_ASIDE.match(sentence) or _ASIDE_AT_THE_END.search(sentence))
+
+
 # "never" as a habit, not as what has not happened yet ("I've never cooked without meat")
 _HABIT = re.compile(r"\b(?:always|every|usually|generally|whenever)\b|(?<!'ve )(?<! have )\bnever\b", re.I)
 
@@ -2760,13 +2768,18 @@ _RULE_WORD = re.compile(
 ADDRESSED_WORDS = 6  # a sentence this short may be a terse rule ("Metric units.", "Tables, not prose.")
 
 
-def _addressed(body: str) -> bool:
+def _addressed(body: str, follow_up: bool = False) -> bool:
     """Whether an English sentence speaks of the user or to the assistant, as a standing preference
     does: first or second person, an instruction, a rule's words (no, only, instead, please), or a
     terse few words. A remark about the world ("The Coltrane cycle over the bridge is interesting.")
     or a request typed as a noun phrase ("cheap high-protein meals for a week, like under 40 dollars")
-    is not one, whatever the head reads in it. Another language passes: these cues are English."""
-    if not phrasing.is_english(body) or len(body.split()) <= ADDRESSED_WORDS:
+    is not one, whatever the head reads in it. In a `follow_up` (a reply to the assistant's answer,
+    not set apart as an aside: "Right-handed, by the way") a few words pass only with one of these
+    cues or a rule's topic ("metric units"): else they react to the answer ("wait why 9 + 40",
+    "ohhhh the minus times minus"). Another language passes: these cues are English."""
+    if not phrasing.is_english(body):
+        return True
+    if len(body.split()) <= ADDRESSED_WORDS and (not follow_up or categories(body)):
         return True
     return bool(
         FIRST_PERSON.search(body)
