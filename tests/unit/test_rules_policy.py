@@ -2358,12 +2358,38 @@ async def test_a_new_value_of_a_single_valued_slot_replaces_the_memory(
     assert m.evidence == ["m1", "m2"]
 
 
-async def test_the_slot_reader_is_off_unless_asked_for() -> None:
+async def test_the_slot_reader_reads_the_users_own_facts_only_when_asked_for() -> None:
     # not yet proven on the sets it was not tuned on: MEMWRIGHT_RULES_SLOTS turns it on
     before = "I live in Didsbury in Manchester, so assume that area when I ask about places to eat."
     after = "Any good bakeries near us? We're based in Bristol, still learning the neighbourhood."
     memories, _ = await remember([before], [after])
     assert any("manchester" in m.text.lower() for m in memories)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "present", "absent"),
+    [
+        (
+            "Please always give me long, thorough answers with every step of the reasoning spelled out.",
+            "From now on keep your answers to two or three sentences.",
+            "sentences",
+            "thorough",
+        ),
+        (
+            "Always format your answers as bullet points for me, I skim everything.",
+            "Write in plain flowing paragraphs from now on, the lists feel choppy to me.",
+            "paragraphs",
+            "bullet",
+        ),
+    ],
+)
+async def test_a_later_rule_for_the_replies_replaces_the_one_it_fills_the_slot_of(
+    before: str, after: str, present: str, absent: str
+) -> None:
+    # what the replies are like holds one value at a time: read by default, however the change is worded
+    memories, _ = await remember([before], [after])
+    texts = [m.text.lower() for m in memories]
+    assert any(present in t for t in texts) and not any(absent in t for t in texts), texts
 
 
 @pytest.mark.parametrize(

@@ -112,6 +112,9 @@ SLOT_OF_MEMORY_AT = 0.4  # ... and a memory's text or clause the same one, as th
 # often several at once ("we keep kosher" ... "has to be pareve"; vegetarian and gluten-free)
 SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
 REPLY_SLOTS = frozenset({"reply_format", "reply_length", "tone"})  # a rule for some replies sits beside one for all
+# what the replies are like holds one value at a time ("bullet points" until "normal paragraphs from now");
+# the user's own facts are read too only when asked (`RulesPolicy(read_slots=True)`)
+SLOTS_READ_BY_DEFAULT = REPLY_SLOTS | {"spelling"}
 # the user's facts, changed only when said of the user (a zone is as often asked for: "JST please")
 FACT_SLOTS = frozenset({"home", "job", "phone", "computer"})
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
@@ -1095,8 +1098,9 @@ class RulesPolicy:
         self.promote_after = promote_after
         self.fade_after = fade_after
         self._detector = detector
-        # the slot reader (slots.py) replaces a memory by a later value of its slot; off by default: on
-        # the sets it was not tuned on it has not paid for itself yet (docs/quality.md, fifteenth round)
+        # the slot reader (slots.py) replaces a memory by a later value of its slot: always for the slots of
+        # the replies (SLOTS_READ_BY_DEFAULT), for the user's own facts only when asked (`read_slots`): on the
+        # sets it was not tuned on those have not paid for themselves yet (docs/quality.md, fifteenth round)
         self.read_slots = read_slots
         self._vectors: dict[str, np.ndarray] = {}
         self._disclosed: dict[str, np.ndarray] = {}  # text -> its disclosing pieces' vectors (`_disclosing`)
@@ -2121,8 +2125,9 @@ class RulesPolicy:
         return best[1] if best else None
 
     def _slot(self, vector: np.ndarray, at: float | None = None) -> str | None:
-        reader = slots.shared_head() if self.read_slots and self._embedder() is not None else None
-        return reader.slot(vector, SLOT_AT if at is None else at) if reader is not None else None
+        reader = slots.shared_head() if self._embedder() is not None else None
+        slot = reader.slot(vector, SLOT_AT if at is None else at) if reader is not None else None
+        return slot if self.read_slots or slot in SLOTS_READ_BY_DEFAULT else None
 
     def _same_slot(
         self, tools: MemoryTools, vector: np.ndarray, sentence: str, evidence: list[str], said: str
