@@ -364,6 +364,20 @@ async def test_a_restatement_inside_one_conversation_is_not_remembered_at_once()
     assert any("nurse" in h.statement.lower() for h in working.hypotheses)
 
 
+async def test_a_hint_said_again_two_months_later_still_graduates() -> None:
+    # people come back to a hobby over weeks and months: the default horizon is a quarter (FADE_AFTER)
+    first = msg("m1", "I've been picking up a lot of nights at the hospital lately", at=T0)
+    tools = make_tools([first])
+    await RulesPolicy().run(tools, [first])
+    second = msg(
+        "m2", "coming off a night shift, what's a good breakfast to sleep after?", "c2", at=T0 + timedelta(days=60)
+    )
+    later = make_tools([first, second], working=tools.working)
+    await RulesPolicy().run(later, [second])
+    [m] = later.memories.values()
+    assert "night" in m.text.lower() and m.evidence == ["m1", "m2"]
+
+
 async def test_a_hypothesis_that_does_not_repeat_within_the_horizon_fades() -> None:
     tools = make_tools([msg("m1", "I like jazz.", at=T0)])
     await RulesPolicy().run(tools, list(tools.shown.values()))

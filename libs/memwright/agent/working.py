@@ -29,7 +29,10 @@ WORKING_MAX_CHARS = 64_000  # size budget of the whole working memory, serialise
 HYPOTHESES_MAX = 100  # live hypotheses at most; note_hypothesis refuses a new one beyond
 HYPOTHESES_MAX_CHARS = WORKING_MAX_CHARS * 3 // 4  # ... or a note that would take them past this
 HYPOTHESIS_MESSAGES_MAX = 20  # message and conversation ids kept per hypothesis (the count keeps counting)
-FADE_AFTER = timedelta(days=30)  # a hypothesis not seen again within this horizon fades
+# a hypothesis not seen again within this horizon fades: people come back to a hobby or a worry over weeks
+# and months, and the room for hypotheses is bounded apart (HYPOTHESES_MAX; the rules policy lets the oldest
+# seen once fade first)
+FADE_AFTER = timedelta(days=90)
 
 
 def hypothesis_id(statement: str) -> str:
