@@ -2372,6 +2372,30 @@ async def test_a_new_value_of_a_single_valued_slot_replaces_the_memory(
     assert m.evidence == ["m1", "m2"]
 
 
+@pytest.mark.parametrize(
+    ("before", "old"),
+    [
+        ("Contéstame siempre en español, por favor, así entiendo mejor.", "español"),
+        ("Antworte mir bitte immer auf Deutsch, das ist einfacher für mich.", "deutsch"),
+        ("Always reply in French please.", "french"),
+    ],
+)
+async def test_a_later_rule_for_another_reply_language_replaces_one_said_in_any_language(before: str, old: str) -> None:
+    # the replies have one language at a time; the rule may be a clause of a longer sentence
+    after = "From now on please answer me in English, I'm moving to Toronto for work and need the practice."
+    memories, _ = await remember([before], [after])
+    texts = [m.text.lower() for m in memories]
+    assert any("english" in t for t in texts) and not any(old in t for t in texts), texts
+
+
+async def test_a_language_named_beside_no_rule_for_the_replies_stays() -> None:
+    memories, _ = await remember(
+        ["Ich spreche mit meinem Sohn immer Deutsch, er soll es nicht vergessen."],
+        ["From now on please answer me in English, I'm moving to Toronto for work and need the practice."],
+    )
+    assert any("deutsch" in m.text.lower() for m in memories), [m.text for m in memories]
+
+
 async def test_the_slot_reader_reads_the_users_own_facts_only_when_asked_for() -> None:
     # not yet proven on the sets it was not tuned on: MEMWRIGHT_RULES_SLOTS turns it on
     before = "I live in Didsbury in Manchester, so assume that area when I ask about places to eat."

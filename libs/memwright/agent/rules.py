@@ -2203,8 +2203,11 @@ class RulesPolicy:
             )
             return _Outcome(result, not result.startswith("Refused"), existing.memory_id)
         conflict = ended or self._conflict(tools, text, changing)
-        if conflict is not None and self._apart_across_languages(text, conflict):
-            conflict = None  # the words of 'User said: "..."' agree; the sentences do not
+        # the words of 'User said: "..."' agree, the sentences do not; unless both are rules for the
+        # replies' language, which holds one at a time in whatever language it was asked for
+        both_reply_languages = conflict is not None and _reply_language(text) and _reply_language(conflict.text)
+        if conflict is not None and not both_reply_languages and self._apart_across_languages(text, conflict):
+            conflict = None
         if conflict is None and self._embedder() is not None:
             conflict = self._meaning_conflict(tools, text, changing, said, evidence)
         if conflict is not None:
@@ -2554,10 +2557,27 @@ _REPLY_IN = re.compile(
 )
 
 
+_IN_A_LANGUAGE = re.compile(r"\bin\s+(?:" + "|".join(WORDS["categories"]["language"]) + r")\b", re.I)
+# ... and in another language, in a memory that quotes it: 'User said: "respóndeme siempre en español"'
+_LANGUAGE_NAMED = {name: language for language, names in WORDS["language_names"].items() for name in names}
+_REPLY_IN_OTHER_LANGUAGE = re.compile(
+    rf"\b(?:{alternatives('reply_verbs_other_languages')})\w*\b(?:\W+\w+){{0,3}}?\W+(?:en|in|auf|em)\s+(\w+)", re.I
+)
+
+
 def _reply_language(text: str) -> str | None:
-    """The language a rule that is only about the replies asks for ("answer me in German")."""
-    m = _REPLY_IN.match(text.strip())
-    return m.group(1).lower() if m and _CATEGORY_OF.get(m.group(1).lower()) == "language" else None
+    """The language a rule that is only about the replies asks for: the whole sentence, or its first
+    clause when no other clause asks for a language ("From now on please answer me in English, I want
+    to practise"; not "Answer in English, but write code comments in German"), or the rule a memory
+    quotes in another language ('User said: "réponds-moi toujours en français"')."""
+    first, *rest = phrasing.clause_pieces(text) or [text]
+    for piece in [text] if _IN_A_LANGUAGE.search(" ".join(rest)) else [text, first]:
+        m = _REPLY_IN.match(piece.strip().rstrip(",;:-"))
+        if m and _CATEGORY_OF.get(m.group(1).lower()) == "language":
+            return m.group(1).lower()
+    quoted = _USER_SAID.search(text)
+    m = _REPLY_IN_OTHER_LANGUAGE.search(quoted.group(1)) if quoted else None
+    return _LANGUAGE_NAMED.get(m.group(1).lower()) if m else None
 
 
 def _alternatives(old: str, new: str, shared: set[str]) -> bool:
