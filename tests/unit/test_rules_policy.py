@@ -2388,6 +2388,23 @@ async def test_a_later_rule_for_another_reply_language_replaces_one_said_in_any_
     assert any("english" in t for t in texts) and not any(old in t for t in texts), texts
 
 
+@pytest.mark.parametrize(
+    ("text", "language"),
+    [
+        ("From now on please answer me in English, I have an interview soon.", "english"),
+        ("Answer me only in English from now on, even if I write in Spanish.", "english"),  # the user's writing
+        ("My partner reads along, so from now on please reply in English.", "english"),
+        ('User said: "Rispondimi sempre in italiano, per favore".', "italian"),
+        ("Answer in English, but write code comments in German.", None),  # another rule's language
+        ("For my Spanish homework, answer in Spanish.", None),  # for one task
+        ("From now on, reply in Spanish when I'm practising my Spanish.", None),
+        ('User said: "Ich spreche mit meinem Sohn Deutsch".', None),
+    ],
+)
+def test_the_language_a_rule_for_the_replies_asks_for(text: str, language: str | None) -> None:
+    assert rules._reply_language(text) == language
+
+
 async def test_a_language_named_beside_no_rule_for_the_replies_stays() -> None:
     memories, _ = await remember(
         ["Ich spreche mit meinem Sohn immer Deutsch, er soll es nicht vergessen."],

@@ -2557,6 +2557,8 @@ _REPLY_IN = re.compile(
 )
 
 
+_CONJUNCTION = re.compile(r"^(?:so|and|but|then)\s+", re.I)
+_SUBJECT_USER = re.compile(r"\b(?:i|i'm|we|they|they're)\b", re.I)  # in a memory, the user is "they"
 _IN_A_LANGUAGE = re.compile(r"\bin\s+(?:" + "|".join(WORDS["categories"]["language"]) + r")\b", re.I)
 # ... and in another language, in a memory that quotes it: 'User said: "respóndeme siempre en español"'
 _LANGUAGE_NAMED = {name: language for language, names in WORDS["language_names"].items() for name in names}
@@ -2567,12 +2569,22 @@ _REPLY_IN_OTHER_LANGUAGE = re.compile(
 
 def _reply_language(text: str) -> str | None:
     """The language a rule that is only about the replies asks for: the whole sentence, or its first
-    clause when no other clause asks for a language ("From now on please answer me in English, I want
-    to practise"; not "Answer in English, but write code comments in German"), or the rule a memory
-    quotes in another language ('User said: "réponds-moi toujours en français"')."""
-    first, *rest = phrasing.clause_pieces(text) or [text]
-    for piece in [text] if _IN_A_LANGUAGE.search(" ".join(rest)) else [text, first]:
-        m = _REPLY_IN.match(piece.strip().rstrip(",;:-"))
+    clause or one opened by "from now on" when no other clause asks for a language ("From now on please
+    answer me in English, I want to practise"; not "Answer in English, but write code comments in
+    German"), or the rule a memory quotes in another language ('User said: "réponds-moi toujours en
+    français"')."""
+    pieces = [_CONJUNCTION.sub("", p.strip().rstrip(",;:-")) for p in phrasing.clause_pieces(text)] or [text]
+    # the first clause, or one that opens with "from now on" ("..., so from now on please answer me in English"),
+    # when no other clause asks for a language for something else ("but write code comments in German"; not
+    # the user's own "even if I write in Spanish")
+    ruled = [
+        piece
+        for i, piece in enumerate(pieces)
+        if (i == 0 or NOT_CHANGE.match(piece))
+        and not any(_IN_A_LANGUAGE.search(p) and not _SUBJECT_USER.search(p) for j, p in enumerate(pieces) if j != i)
+    ]
+    for piece in [text, *ruled]:
+        m = _REPLY_IN.match(piece.strip())
         if m and _CATEGORY_OF.get(m.group(1).lower()) == "language":
             return m.group(1).lower()
     quoted = _USER_SAID.search(text)
