@@ -364,6 +364,16 @@ async def test_a_restatement_inside_one_conversation_is_not_remembered_at_once()
     assert any("nurse" in h.statement.lower() for h in working.hypotheses)
 
 
+async def test_a_hint_said_again_with_a_change_in_another_language_keeps_only_the_new_value() -> None:
+    # "seit" (since) says a change in German as "since" does in English: the held old car is not kept
+    memories, _ = await remember(
+        ["Ich fahre einen alten Golf, Baujahr 2009. Wie oft sollte ich das Öl wechseln?"],
+        ["Seit einem Monat fahre ich einen Skoda Octavia. Wie verbinde ich mein Handy mit dem Radio?"],
+    )
+    texts = [m.text.lower() for m in memories]
+    assert any("octavia" in t for t in texts) and not any("golf" in t for t in texts), texts
+
+
 async def test_a_hint_said_again_two_months_later_still_graduates() -> None:
     # people come back to a hobby over weeks and months: the default horizon is a quarter (FADE_AFTER)
     first = msg("m1", "I've been picking up a lot of nights at the hospital lately", at=T0)

@@ -1811,7 +1811,7 @@ class RulesPolicy:
             and _is_standing_change(s)
             and self._closeness(h.statement, self._vector(s)) >= CHANGE_TOPIC  # the held thing changed
         ]
-        if (_is_standing_change(body) or change) and not _asks_at_the_end(body):
+        if (_changes_a_standing_thing(body) or change) and not _asks_at_the_end(body):
             changing = CHANGED
             if change:
                 ordered = [s for s in said if s in change or s == strip_lead_in(body)] or [*change, body]
