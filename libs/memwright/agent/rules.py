@@ -419,7 +419,10 @@ def as_memory(clause: str) -> str:
     s = re.sub(r"^(?:can|could|would|will) you (?:please )?not\b", "don't", s, flags=re.I)
     s = re.sub(r"^(?:can|could|would|will) you (?:please )?", "", s, flags=re.I).rstrip(" ?")
     s = re.sub(
-        r"(?:,\s*)?\b(?:please|by the way|btw|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$", "", s, flags=re.I
+        r"(?:,\s*)?\b(?:please|by the way|btw|fwiw|if it matters|thanks|thank you|if possible|ok|okay)\b[\s!.?]*$",
+        "",
+        s,
+        flags=re.I,
     ).rstrip(" ,")
     tail = _TRAILING_ASK.search(s)
     if tail and len(words(s[: tail.start()])) >= 3:
@@ -1394,7 +1397,11 @@ class RulesPolicy:
                 and phrasing.is_english(bodies[i])
                 and (_ANSWER.match(said[i]) or _REACTION.match(bodies[i]))
             )
-            and _addressed(bodies[i], follow_up and not _set_apart(said[i]))
+            # ... a few words after the answer need a cue, or to read surely standing ("Shellfish allergy.")
+            and (
+                _addressed(bodies[i], follow_up and not _set_apart(said[i]))
+                or (_addressed(bodies[i]) and kinds[i].p("standing") >= FOLLOW_UP_AT)
+            )
         ]
 
         def reads_standing(i: int) -> bool:
@@ -2074,8 +2081,8 @@ class RulesPolicy:
     ) -> Memory | None:
         """The agent memory that `sentence` (of the message `said`) says again or changes, by
         meaning: the closest one, when it is very close (SAME_TOPIC); else the one whose
-        single-valued slot it fills with a new value (`_same_slot`, when the slot reader is on);
-        else the one the update reader says it replaces (REPLACE_AT: "I'm on Android these days"
+        single-valued slot it fills with a new value (`_same_slot`: the replies' slots, and the user's
+        facts when asked); else the one the update reader says it replaces (REPLACE_AT: "I'm on Android these days"
         after "User uses an iPhone."); else the closest, when it is close (CHANGE_TOPIC) and the
         message says something changed. The last three only for a sentence that may change a
         memory (`_may_change`: not a question, a request or someone else's news)."""
@@ -2155,7 +2162,7 @@ class RulesPolicy:
             return None  # "The new hospital wing opened last week": not the user's
         if _ANOTHER_SUBJECT.match(sentence):
             return None  # "The conference is on Central European time", "Half my team is in Bangalore"
-        if slot in REPLY_SLOTS and _NARROWED.search(sentence):
+        if slot in SLOTS_READ_BY_DEFAULT and _NARROWED.search(sentence):
             return None  # "I like numbered steps when you explain how to do something": beside the general rule
         here = _conversations(tools, evidence)
         held = [
@@ -2308,12 +2315,17 @@ class RulesPolicy:
 _ASIDE = re.compile(
     r"^(?:also|and also|oh and|by the way|btw|for the record|just so you know|fyi|ps|p\.s\.)\b", re.IGNORECASE
 )
-_ASIDE_AT_THE_END = re.compile(r"\b(?:by the way|btw|fyi|for the record)\W*$", re.IGNORECASE)
+# said as an aside, set apart from the task at hand: "by the way, ...", "Shellfish allergy, fwiw."
+_SET_APART = re.compile(
+    r"^\W*(?:by the way|btw|fyi|for the record|just so you know|incidentally|ps|p\.s\.)\b"
+    r"|\b(?:by the way|btw|fyi|fwiw|for the record|if it matters|if that helps|for context|just so you know|"
+    r"incidentally)\W*$",
+    re.IGNORECASE,
+)
 
 
 def _set_apart(sentence: str) -> bool:
-    """Said as an aside: "by the way, ...", "... btw" (the user sets it apart from the task at hand)."""
-    return bool(_ASIDE.match(sentence) or _ASIDE_AT_THE_END.search(sentence))
+    return _SET_APART.search(sentence) is not None
 
 
 # "never" as a habit, not as what has not happened yet ("I've never cooked without meat")
@@ -2506,17 +2518,19 @@ def _only_asks(text: str, other: str) -> bool:
 
 
 def _note(tools: MemoryTools, statement: str, evidence: list[str]) -> str:
-    """note_hypothesis; when working memory has no room, let the oldest hypothesis seen only once
-    fade (through drop_hypothesis) and try once more."""
+    """note_hypothesis; when working memory has no room, let the hypotheses least likely to repeat fade
+    (through drop_hypothesis) until the note fits: the oldest seen only once first, then the oldest."""
     result = tools.note_hypothesis(statement, evidence)
-    if not result.startswith("Refused: Working memory has no room"):
-        return result
-    once = [h for h in tools.working.hypotheses if h.count == 1 and h.id != hypothesis_id(statement)]
-    if not once:
-        return result
-    oldest = min(once, key=lambda h: h.last_seen)
-    dropped = tools.drop_hypothesis(oldest.id, "making room: the oldest hypothesis seen only once")
-    return f"{result}\n-> {dropped}\n-> {tools.note_hypothesis(statement, evidence)}"
+    steps = [result]
+    while result.startswith("Refused: Working memory has no room"):
+        others = [h for h in tools.working.hypotheses if h.id != hypothesis_id(statement)]
+        if not others:
+            break
+        oldest = min(others, key=lambda h: (h.count > 1, h.last_seen))
+        steps.append(tools.drop_hypothesis(oldest.id, "making room: the oldest hypothesis least seen"))
+        result = tools.note_hypothesis(statement, evidence)
+        steps.append(result)
+    return "\n-> ".join(steps)
 
 
 def roots(text: str, shortest: int = 4) -> set[str]:
@@ -2558,38 +2572,58 @@ _REPLY_IN = re.compile(
 
 
 _CONJUNCTION = re.compile(r"^(?:so|and|but|then)\s+", re.I)
-_SUBJECT_USER = re.compile(r"\b(?:i|i'm|we|they|they're)\b", re.I)  # in a memory, the user is "they"
+_FROM_NOW_ON = re.compile(r"^(?:from now on|from here on|going forward|for now on)\b", re.I)
+# what the user writes or speaks themselves: "even if I write in Spanish" (in a memory the user is "they")
+_USER_WRITES = re.compile(r"\b(?:i|we|they)\s+(?:\w+\s+){0,2}?(?:write|writes|speak|speaks|type|types)\b", re.I)
 _IN_A_LANGUAGE = re.compile(r"\bin\s+(?:" + "|".join(WORDS["categories"]["language"]) + r")\b", re.I)
 # ... and in another language, in a memory that quotes it: 'User said: "respóndeme siempre en español"'
 _LANGUAGE_NAMED = {name: language for language, names in WORDS["language_names"].items() for name in names}
 _REPLY_IN_OTHER_LANGUAGE = re.compile(
-    rf"\b(?:{alternatives('reply_verbs_other_languages')})\w*\b(?:\W+\w+){{0,3}}?\W+(?:en|in|auf|em)\s+(\w+)", re.I
+    rf"(?<![\w-])(?:{alternatives('reply_requests_other_languages')})(?![\w-])(?:\W+\w+){{0,3}}?\W+(?:en|in|auf|em)\s+(\w+)",
+    re.I,
 )
+_NEGATED_OTHER_LANGUAGE = re.compile(rf"\b(?:{alternatives('negations_other_languages')})\b", re.I)
 
 
 def _reply_language(text: str) -> str | None:
     """The language a rule that is only about the replies asks for: the whole sentence, or its first
-    clause or one opened by "from now on" when no other clause asks for a language ("From now on please
-    answer me in English, I want to practise"; not "Answer in English, but write code comments in
-    German"), or the rule a memory quotes in another language ('User said: "réponds-moi toujours en
-    français"')."""
+    clause or one opened by "from now on" when no other clause is scoped or asks for a language for
+    something else ("From now on please answer me in English, I want to practise"; not "Answer in
+    English, but write code comments in German", "... but only for this chat"), or the rule a memory
+    quotes in another language ('User said: "réponds-moi toujours en français"'; not "no me respondas
+    en inglés")."""
     pieces = [_CONJUNCTION.sub("", p.strip().rstrip(",;:-")) for p in phrasing.clause_pieces(text)] or [text]
-    # the first clause, or one that opens with "from now on" ("..., so from now on please answer me in English"),
-    # when no other clause asks for a language for something else ("but write code comments in German"; not
-    # the user's own "even if I write in Spanish")
+    pieces = _joined_openers(pieces)
+
+    def else_asked(p: str) -> bool:  # "but write code comments in German", "but only for this chat"
+        return bool(_IN_A_LANGUAGE.search(p) and not _USER_WRITES.search(p)) or scoped(p) or _task_bound(p)
+
     ruled = [
         piece
         for i, piece in enumerate(pieces)
-        if (i == 0 or NOT_CHANGE.match(piece))
-        and not any(_IN_A_LANGUAGE.search(p) and not _SUBJECT_USER.search(p) for j, p in enumerate(pieces) if j != i)
+        if (i == 0 or _FROM_NOW_ON.match(piece)) and not any(else_asked(p) for j, p in enumerate(pieces) if j != i)
     ]
-    for piece in [text, *ruled]:
+    for piece in dict.fromkeys([text, *ruled]):
         m = _REPLY_IN.match(piece.strip())
         if m and _CATEGORY_OF.get(m.group(1).lower()) == "language":
             return m.group(1).lower()
     quoted = _USER_SAID.search(text)
-    m = _REPLY_IN_OTHER_LANGUAGE.search(quoted.group(1)) if quoted else None
-    return _LANGUAGE_NAMED.get(m.group(1).lower()) if m else None
+    said = quoted.group(1) if quoted else ""
+    m = _REPLY_IN_OTHER_LANGUAGE.search(said)
+    if m is None or _NEGATED_OTHER_LANGUAGE.search(said[: m.end()]):
+        return None
+    return _LANGUAGE_NAMED.get(m.group(1).lower())
+
+
+def _joined_openers(pieces: list[str]) -> list[str]:
+    """Clauses with a bare opener joined to the clause after it: "from now on," "please reply in English"."""
+    out: list[str] = []
+    for piece in pieces:
+        if out and _FROM_NOW_ON.fullmatch(out[-1]):
+            out[-1] = f"{out[-1]} {piece}"
+        else:
+            out.append(piece)
+    return out
 
 
 def _alternatives(old: str, new: str, shared: set[str]) -> bool:
@@ -2710,16 +2744,22 @@ _UNSPOKEN_I = re.compile(
 )
 
 
-# a sentence about something or someone else than the user: "The conference is ...", "Our London office
-# works on GMT", "Half my team is in ..." (not "My time zone is ...", "My new laptop ...", "The new flat ...")
+# a sentence about something or someone else than the user: "The conference is ...", "This cover letter
+# is ...", "Our London office works on GMT", "Half my team is in ..." (not "My time zone is ...", "My new
+# laptop ...", "The new flat ...")
 _ANOTHER_SUBJECT = re.compile(
-    r"^\W*(?:the|our|half (?:of )?my|most of my|his|her|their|my)\s+(?!(?:own|new|time|timezone|time zone|"
-    r"clock|phone|laptop|computer|flat|house|place|home|job|work)\b)(?:\w+\s+){0,2}?(?:is|are|was|were|works?|runs?|"
+    r"^\W*(?:the|this|that|these|our|half (?:of )?my|most of my|his|her|their|my)\s+"
+    r"(?!(?:own|new|time|timezone|time zone|clock|phone|laptop|computer|flat|house|place|home|job|work)\b)"
+    r"(?:\w+\s+){0,2}?(?:is|are|was|were|works?|runs?|"
     r"uses?|has|have|starts?)\b",
     re.I,
 )
-# a rule for some of the replies: "when you explain ...", "if I ask for code", "for comparisons"
-_NARROWED = re.compile(r"\b(?:when|whenever|if)\s+(?:you|i)\b|\bfor (?:comparisons|code|recipes|emails)\b", re.I)
+# a rule for some of the replies: "when you explain ...", "if I ask for code", "for comparisons", "for my clients"
+_NARROWED = re.compile(
+    r"\b(?:when|whenever|if)\s+(?:you|i)\b|\bfor (?:comparisons|code|recipes|emails)\b"
+    r"|\bfor (?:my|our|their|the) (?:\w+ )?(?:clients?|customers?|boss|readers|audience|students|team)\b",
+    re.I,
+)
 
 
 def _names_its_value(sentence: str, memory: str) -> bool:

@@ -30,8 +30,8 @@ HYPOTHESES_MAX = 100  # live hypotheses at most; note_hypothesis refuses a new o
 HYPOTHESES_MAX_CHARS = WORKING_MAX_CHARS * 3 // 4  # ... or a note that would take them past this
 HYPOTHESIS_MESSAGES_MAX = 20  # message and conversation ids kept per hypothesis (the count keeps counting)
 # a hypothesis not seen again within this horizon fades: people come back to a hobby or a worry over weeks
-# and months, and the room for hypotheses is bounded apart (HYPOTHESES_MAX; the rules policy lets the oldest
-# seen once fade first)
+# and months. For a user with many hints the room (HYPOTHESES_MAX) binds first: the rules policy then lets
+# the oldest seen once fade early (rules._note)
 FADE_AFTER = timedelta(days=90)
 
 
