@@ -383,6 +383,17 @@ async def test_a_hint_said_again_for_years_in_another_language_keeps_both_receip
     assert [m.evidence for m in memories if "golf" in m.text.lower()] == [["m1", "m2"]], [m.text for m in memories]
 
 
+async def test_what_the_user_does_now_beside_what_ended_is_remembered() -> None:
+    # the end of the old thing and, next to it, the new one: the new value is what matters
+    memories, _ = await remember(
+        [
+            "After the back surgery my doctor says heavy lifting is done for me for good. I've accepted it, "
+            "I do yoga four times a week now. Any good mats?"
+        ]
+    )
+    assert any("yoga" in m.text.lower() for m in memories), [m.text for m in memories]
+
+
 async def test_a_hint_said_again_two_months_later_still_graduates() -> None:
     # people come back to a hobby over weeks and months: the default horizon is a quarter (FADE_AFTER)
     first = msg("m1", "I've been picking up a lot of nights at the hospital lately", at=T0)

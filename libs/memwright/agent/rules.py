@@ -1465,6 +1465,7 @@ class RulesPolicy:
                     _gives_its_reason(j, standing)
                     or _rule_and_reason(j, standing)
                     or (reads_standing(j) and _close(kinds[standing], kinds[j]))
+                    or (j == standing + 1 and _what_came_after(bodies[standing], bodies[j]))
                 ):
                     length += len(words(said[j]))
                     if length <= BESIDE_WORDS:
@@ -2322,6 +2323,12 @@ _SET_APART = re.compile(
     r"incidentally)\W*$",
     re.IGNORECASE,
 )
+
+
+def _what_came_after(ended: str, after: str) -> bool:
+    """`after` says what the user does now that what `ended` speaks of is over ("marathons are done for
+    me for good." "I swim 4x a week now."): the new value beside the end of the old one."""
+    return ENDED.search(ended) is not None and bool(_is_standing_change(after)) and _speaks_of_self(after)
 
 
 def _set_apart(sentence: str) -> bool:
