@@ -1509,6 +1509,18 @@ async def test_what_is_neither_of_the_user_nor_to_the_assistant_standing_is_not_
     assert memories == []
 
 
+@pytest.mark.parametrize(("meta", "roles"), [(0.5, ["standing", None]), (0.65, [None, None])])
+def test_a_sentence_that_only_leans_to_the_memory_leaves_its_message_its_preference(
+    meta: float, roles: list[str | None]
+) -> None:
+    # "every time, not only now" read as meta at 0.5 after a plain rule: it takes no role, the rule stands;
+    # a sentence surely speaking to the memory or the rules still silences its message
+    said = ["I have dyslexia, so please keep sentences simple and no big words.", "every time, not only now"]
+    rule = SentenceType("standing", {"standing": 0.9, "task": 0.05, "weak": 0.05}, vector=(1.0, 0.0))
+    lean = SentenceType("meta", {"meta": meta, "standing": 0.3, "task": 0.7 - meta}, vector=(0.0, 1.0))
+    assert RulesPolicy._roles(said, [rule, lean]) == roles
+
+
 @pytest.mark.parametrize(
     ("said", "follow_up", "standing"),
     [

@@ -102,6 +102,9 @@ CHANGE_TOPIC = 0.25  # ... when the sentence says something changed (data/words.
 ENDED_THEN_NOW = 0.15  # ... to a memory its message says came to an end, when it says a change itself
 EXPLICIT_OVER_META = 0.5  # ... but a sentence the patterns read as explicit needs this p(meta) to be silenced
 META_AT = 0.7  # p(meta) at which a sentence that speaks to the memory or the rules costs its whole message
+# ... at which it leaves the rest of its message no role (below it, a sentence read as meta only takes none
+# itself: "every time, not only now" after "i have dyslexia, so please keep sentences simple")
+META_SILENCES_AT = 0.6
 TIED = 0.15  # cosine at which a rule and the user's remark beside it are one memory (rules.py `_tied`)
 REPLACE_AT = 0.7  # ... else p(replaces) by the update reader (replace.py) at which it updates a memory
 REPLACE_FLOOR = 0.3  # ... no closer than this cosine to a memory's text or clauses: the reader is not asked
@@ -1348,7 +1351,7 @@ class RulesPolicy:
         reply to an assistant answer the window holds), a few words that open by carrying on from
         that answer and do not speak of the user are about it: standing only at FOLLOW_UP_AT."""
         roles: list[str | None] = [None] * len(said)
-        if not kinds or kinds[0].vector is None or any(k.label == "meta" for k in kinds):
+        if not kinds or kinds[0].vector is None or any(k.p("meta") >= META_SILENCES_AT for k in kinds):
             return roles
         bodies = [strip_lead_in(s) for s in said]
         explicit = {i for i, b in enumerate(bodies) if explicit_preference(b)}
@@ -1362,7 +1365,11 @@ class RulesPolicy:
         ):
             return _complaint_roles(said, bodies, complaint)
         # not "cool."; content_words reads Latin letters only ("我对花生过敏" has none)
-        sure = [i for i, b in enumerate(bodies) if (content_words(b) or not phrasing.is_english(b)) and not _unsure(b)]
+        sure = [
+            i
+            for i, b in enumerate(bodies)
+            if (content_words(b) or not phrasing.is_english(b)) and not _unsure(b) and kinds[i].label != "meta"
+        ]
         if not sure:
             return roles
         fresh = [i for i in sure if not RESTATED.search(said[i])]  # "As I said, ..." repeats: weak at most
