@@ -2332,14 +2332,14 @@ _SET_APART = re.compile(
 )
 
 
+def _set_apart(sentence: str) -> bool:
+    return _SET_APART.search(sentence) is not None
+
+
 def _what_came_after(ended: str, after: str) -> bool:
     """`after` says what the user does now that what `ended` speaks of is over ("marathons are done for
     me for good." "I swim 4x a week now."): the new value beside the end of the old one."""
     return ENDED.search(ended) is not None and bool(_is_standing_change(after)) and _speaks_of_self(after)
-
-
-def _set_apart(sentence: str) -> bool:
-    return _SET_APART.search(sentence) is not None
 
 
 # "never" as a habit, not as what has not happened yet ("I've never cooked without meat")
