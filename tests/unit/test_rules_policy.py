@@ -2439,6 +2439,7 @@ async def test_a_new_value_of_a_single_valued_slot_replaces_the_memory(
         ("Contéstame siempre en español, por favor, así entiendo mejor.", "español"),
         ("Antworte mir bitte immer auf Deutsch, das ist einfacher für mich.", "deutsch"),
         ("Always reply in French please.", "french"),
+        ("Réponds-moi toujours en français, c'est plus simple pour moi.", "français"),
     ],
 )
 async def test_a_later_rule_for_another_reply_language_replaces_one_said_in_any_language(before: str, old: str) -> None:
@@ -2449,6 +2450,15 @@ async def test_a_later_rule_for_another_reply_language_replaces_one_said_in_any_
     assert any("english" in t for t in texts) and not any(old in t for t in texts), texts
 
 
+async def test_the_language_alone_from_now_on_replaces_the_rule_for_another() -> None:
+    memories, _ = await remember(
+        ["Réponds-moi toujours en français, c'est plus simple pour moi."],
+        ["From now on English please, my new manager reads these chats with me."],
+    )
+    texts = [m.text.lower() for m in memories]
+    assert any("english" in t for t in texts) and not any("français" in t for t in texts), texts
+
+
 @pytest.mark.parametrize(
     ("text", "language"),
     [
@@ -2457,6 +2467,8 @@ async def test_a_later_rule_for_another_reply_language_replaces_one_said_in_any_
         ("My partner reads along, so from now on please reply in English.", "english"),
         ('User said: "Rispondimi sempre in italiano, per favore".', "italian"),
         ("My partner reads along; from now on, please reply in English.", "english"),
+        ("From now on English please, the whole team reads these.", "english"),  # the language alone
+        ("From now on bullet points please.", None),
         ("My partner reads along, so going forward please reply in English.", "english"),
         ('User said: "Ich schreibe auf Deutsch, antworte aber auf Englisch".', "english"),
         ("Answer in English, but write code comments in German.", None),  # another rule's language

@@ -2585,6 +2585,12 @@ _REPLY_IN = re.compile(
 )
 
 
+# ... or the language alone after "from now on": "From now on English please"
+_LANGUAGE_FROM_NOW_ON = re.compile(
+    r"^(?:from now on|from here on|going forward)[\s,]+(?:(?:only|just|all)\s+)?(?:in\s+)?(\w+)"
+    r"(?:[\s,]+(?:please|pls|only|always|thanks))*[\s.!]*$",
+    re.I,
+)
 _CONJUNCTION = re.compile(r"^(?:so|and|but|then)\s+", re.I)
 _FROM_NOW_ON = re.compile(r"^(?:from now on|from here on|going forward|for now on)\b", re.I)
 # what the user writes or speaks themselves: "even if I write in Spanish" (in a memory the user is "they")
@@ -2618,7 +2624,7 @@ def _reply_language(text: str) -> str | None:
         if (i == 0 or _FROM_NOW_ON.match(piece)) and not any(else_asked(p) for j, p in enumerate(pieces) if j != i)
     ]
     for piece in dict.fromkeys([text, *ruled]):
-        m = _REPLY_IN.match(piece.strip())
+        m = _REPLY_IN.match(piece.strip()) or _LANGUAGE_FROM_NOW_ON.match(piece.strip())
         if m and _CATEGORY_OF.get(m.group(1).lower()) == "language":
             return m.group(1).lower()
     quoted = _USER_SAID.search(text)
