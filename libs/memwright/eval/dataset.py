@@ -64,6 +64,9 @@ DEFAULT_DATASET = "memories.jsonl"
 # round's start and at its end.
 # "probe11": 80 more users from the same spec by two new helpers, for the twenty-first round: committed
 # before its findings were read and measured untuned at the round's start and at its end.
+# "probe12": 80 more users by two new helpers from a spec rewritten for the twenty-second round (the
+# format and the five categories; the earlier spec was not kept): committed before anything of it was
+# read, measured untuned at the round's start and at its end.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -88,6 +91,7 @@ SPLITS = {
     "probe9": "probe9.jsonl",
     "probe10": "probe10.jsonl",
     "probe11": "probe11.jsonl",
+    "probe12": "probe12.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
