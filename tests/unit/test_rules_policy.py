@@ -3032,3 +3032,25 @@ def test_a_lead_in_takes_no_words_of_the_sentence(said: str, kept: str) -> None:
 def test_a_verb_in_ly_is_no_adverb() -> None:
     assert rules.as_memory("I reapply sunscreen every 2 hours") == "User reapplies sunscreen every 2 hours."
     assert rules.as_memory("I officially switched to tea") == "User officially switched to tea."
+
+
+async def test_a_change_of_the_users_own_said_outright_is_remembered_though_nothing_old_is_held() -> None:
+    # the old phone was only a question's aside; the switch itself is the lasting fact
+    memories, _ = await remember(
+        ["best free app to scan receipts on my old tablet?", "A: Google Drive's scanner."],
+        ["recipe for 2 ingredient pancakes", "A: Banana and eggs."],
+        ["switched to an iPhone 15 last week. how do I move my photos over", "A: Use iCloud."],
+    )
+    assert [m.evidence for m in memories] == [["m5"]] and "iPhone" in memories[0].text
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "Watched a documentary about volcanoes last night and now I'm curious.",  # "now" alone
+        "my sister switched to night shifts, any tips for her sleep?",  # someone else's change
+    ],
+)
+async def test_news_without_a_change_of_the_users_own_is_only_held(said: str) -> None:
+    memories, _ = await remember([said, "A: Sure."])
+    assert memories == []

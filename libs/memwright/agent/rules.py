@@ -1669,6 +1669,15 @@ class RulesPolicy:
             # je suis maintenant à Bordeaux" after "Je travaille chez Airbus à Toulouse" held)
             if _changes_a_standing_thing(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED):
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
+            # "switched to an iphone 15 last week" when nothing of the old phone is held: the user's own
+            # change, said outright, is the new value itself ("now" or "instead" alone are not enough)
+            if (
+                _SWITCHED.search(body)
+                and _may_change(body)
+                and (_SUBJECT_SELF.search(body) or _UNSPOKEN_I.search(body))
+                and not any(material.asks(c) for c in clauses(body))  # "I just moved to Leeds, where can I ..."
+            ):
+                return self._standing(tools, msg, body, kind, last, CHANGED, around)
         text = phrasing.memory_text(body, self._clause_score)
         best = self._repeats(tools, msg, text, by_message=True)  # the message's one weak sentence (`_roles`)
         if isinstance(best, str):
@@ -2759,6 +2768,9 @@ def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
 
 
 # a sentence with its "I" left out: "Relocated to Singapore in the spring!", "Started at the lab on Monday."
+_SWITCHED = re.compile(
+    r"\b(?:switched|changed|moved|converted)(?: over)?(?: from [^,.;!?]{1,40}?)? to\b|\bno longer\b|\bany ?more\b", re.I
+)
 _UNSPOKEN_I = re.compile(
     r"^\W*(?:(?:just|finally|recently|officially)\s+)?(?:[a-z]+ed|got|began|left|took|quit)\b", re.I
 )
