@@ -195,7 +195,7 @@ class CuratorSettings(PostgresSettings):
     llm_max_steps: int = 16  # model calls per run (the tool-call loop is bounded)
     # the local classifier skips the model for a window of one-offs only, with no hypothesis to revisit
     llm_skip_one_offs: bool = True
-    # the rules policy's slot reader for the user's own facts (home, job, ...): a later value replaces the memory
+    # the rules policy's slot reader for the user's other facts (job, phone, ...; home is read always)
     rules_slots: bool = False
     # pooled connections for snapshots, commits and stats, whatever the concurrency: a run holds
     # none while its model thinks; the run locks live on one more, the liveness connection

@@ -2528,14 +2528,6 @@ async def test_a_value_for_one_reply_or_one_audience_leaves_the_rule_for_the_rep
     assert any(kept in m.text.lower() for m in memories), [m.text for m in memories]
 
 
-async def test_the_slot_reader_reads_the_users_own_facts_only_when_asked_for() -> None:
-    # not yet proven on the sets it was not tuned on: MEMWRIGHT_RULES_SLOTS turns it on
-    before = "I live in Didsbury in Manchester, so assume that area when I ask about places to eat."
-    after = "Any good bakeries near us? We're based in Bristol, still learning the neighbourhood."
-    memories, _ = await remember([before], [after])
-    assert any("manchester" in m.text.lower() for m in memories)
-
-
 @pytest.mark.parametrize(
     ("before", "after", "present", "absent"),
     [
@@ -2571,8 +2563,25 @@ async def test_a_later_rule_for_the_replies_replaces_the_one_it_fills_the_slot_o
     ],
 )
 async def test_what_fills_no_slot_of_the_user_leaves_the_memory_alone(later: list[str]) -> None:
-    memories, _ = await remember(["I live in Leeds, assume that for local recommendations."], later, read_slots=True)
+    memories, _ = await remember(["I live in Leeds, assume that for local recommendations."], later)
     assert any("leeds" in m.text.lower() and m.evidence == ["m1"] for m in memories), [m.text for m in memories]
+
+
+async def test_where_the_user_lives_is_read_by_default_their_job_only_when_asked() -> None:
+    home = (
+        "I live in Didsbury in Manchester, so assume that area when I ask about places to eat.",
+        "Any good bakeries near us? We're based in Bristol, still learning the neighbourhood.",
+    )
+    [m] = (await remember([home[0]], [home[1]]))[0]
+    assert "bristol" in m.text.lower() and "manchester" not in m.text.lower()
+    job = (
+        "I work as a pharmacist at a hospital in Leeds, so assume NHS context for health questions.",
+        "Just started my new role teaching chemistry at a secondary school. How do I make titration fun?",
+    )
+    memories, _ = await remember([job[0]], [job[1]])
+    assert any("pharmacist" in m.text for m in memories)
+    [m] = (await remember([job[0]], [job[1]], read_slots=True))[0]
+    assert "chemistry" in m.text and "pharmacist" not in m.text
 
 
 async def test_a_new_value_the_patterns_hold_as_a_hint_still_replaces_the_memory() -> None:

@@ -115,9 +115,10 @@ SLOT_OF_MEMORY_AT = 0.4  # ... and a memory's text or clause the same one, as th
 # often several at once ("we keep kosher" ... "has to be pareve"; vegetarian and gluten-free)
 SLOTS_LEFT_TO_WORDS = frozenset({"units", "reply_language", "diet"})
 REPLY_SLOTS = frozenset({"reply_format", "reply_length", "tone"})  # a rule for some replies sits beside one for all
-# what the replies are like holds one value at a time ("bullet points" until "normal paragraphs from now");
-# the user's own facts are read too only when asked (`RulesPolicy(read_slots=True)`)
-SLOTS_READ_BY_DEFAULT = REPLY_SLOTS | {"spelling"}
+# what the replies are like holds one value at a time ("bullet points" until "normal paragraphs from now"),
+# and so does where the user lives ("we're in Bristol now" after "I live in Leeds"); the user's other facts
+# are read too only when asked (`RulesPolicy(read_slots=True)`: docs/quality.md, twenty-second round)
+SLOTS_READ_BY_DEFAULT = REPLY_SLOTS | {"spelling", "home"}
 # the user's facts, changed only when said of the user (a zone is as often asked for: "JST please")
 FACT_SLOTS = frozenset({"home", "job", "phone", "computer"})
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length

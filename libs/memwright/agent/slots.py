@@ -14,10 +14,10 @@ The reader is a softmax over the local model's vector (all-MiniLM-L6-v2) with on
 "none". `python -m memwright.agent.train` fits it, deterministically, on data/slots.jsonl (sentences
 written for it: {"text", "slot"}) and writes data/slot_head.npz.
 
-The rules policy always reads the slots of the replies (length, layout, tone, spelling: rules.py
-`SLOTS_READ_BY_DEFAULT`); the user's own facts only when asked (`MEMWRIGHT_RULES_SLOTS=true`,
-`RulesPolicy(read_slots=True)`): on the sets it was not tuned on, reading them has not yet paid for
-itself (docs/quality.md, fifteenth round).
+The rules policy always reads the slots of the replies (length, layout, tone, spelling) and where
+the user lives (rules.py `SLOTS_READ_BY_DEFAULT`); the user's other facts only when asked
+(`MEMWRIGHT_RULES_SLOTS=true`, `RulesPolicy(read_slots=True)`): on the sets it was not tuned on,
+reading them has not yet paid for itself (docs/quality.md, fifteenth and twenty-second rounds).
 """
 
 from __future__ import annotations
