@@ -2560,6 +2560,9 @@ async def test_a_later_rule_for_the_replies_replaces_the_one_it_fills_the_slot_o
         ["I'm in Lisbon for a long weekend, what should I eat?"],  # a trip fills no slot
         ["My brother just moved to York, what's a good housewarming gift?"],  # someone else's
         ["I also have a place in Whitby I stay at most weekends."],  # beside, not instead
+        ["I grew up in Cornwall, so I love a good pasty."],  # the past
+        ["I studied in Edinburgh, great city."],
+        ["I commute to Manchester every day."],  # a place of the day
     ],
 )
 async def test_what_fills_no_slot_of_the_user_leaves_the_memory_alone(later: list[str]) -> None:
@@ -3057,7 +3060,11 @@ async def test_a_change_of_the_users_own_said_outright_is_remembered_though_noth
     "said",
     [
         "Watched a documentary about volcanoes last night and now I'm curious.",  # "now" alone
-        "my sister switched to night shifts, any tips for her sleep?",  # someone else's change
+        "My sister switched to night shifts and I worry about her sleep.",  # someone else's change
+        "When I switched to Linux in 2015 I broke everything.",  # a story
+        "I switched to the other branch and the build passes.",  # the task at hand
+        "I can't stand this heat anymore.",
+        "I no longer need the intro paragraph.",
     ],
 )
 async def test_news_without_a_change_of_the_users_own_is_only_held(said: str) -> None:

@@ -119,6 +119,10 @@ REPLY_SLOTS = frozenset({"reply_format", "reply_length", "tone"})  # a rule for 
 # and so does where the user lives ("we're in Bristol now" after "I live in Leeds"); the user's other facts
 # are read too only when asked (`RulesPolicy(read_slots=True)`: docs/quality.md, twenty-second round)
 SLOTS_READ_BY_DEFAULT = REPLY_SLOTS | {"spelling", "home"}
+# a place of the user's past or of their day, not where they live now
+_NOT_WHERE_I_LIVE = re.compile(
+    r"\b(?:grew up|originally|born|raised|studied|used to|went to|commute[sd]?|commuting|visit(?:ed|ing)?)\b", re.I
+)
 # the user's facts, changed only when said of the user (a zone is as often asked for: "JST please")
 FACT_SLOTS = frozenset({"home", "job", "phone", "computer"})
 BESIDE_WORDS = 40  # a standing sentence and one beside it that also reads standing are joined up to this length
@@ -1106,8 +1110,9 @@ class RulesPolicy:
         self.fade_after = fade_after
         self._detector = detector
         # the slot reader (slots.py) replaces a memory by a later value of its slot: always for the slots of
-        # the replies (SLOTS_READ_BY_DEFAULT), for the user's own facts only when asked (`read_slots`): on the
-        # sets it was not tuned on those have not paid for themselves yet (docs/quality.md, fifteenth round)
+        # the replies and the home (SLOTS_READ_BY_DEFAULT), for the user's other facts only when asked
+        # (`read_slots`): on the sets it was not tuned on those have not paid for themselves yet
+        # (docs/quality.md, fifteenth and twenty-second rounds)
         self.read_slots = read_slots
         self._vectors: dict[str, np.ndarray] = {}
         self._disclosed: dict[str, np.ndarray] = {}  # text -> its disclosing pieces' vectors (`_disclosing`)
@@ -1671,12 +1676,13 @@ class RulesPolicy:
             if _changes_a_standing_thing(body) and self._superseded_hypothesis(tools, msg, vector, CHANGED):
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
             # "switched to an iphone 15 last week" when nothing of the old phone is held: the user's own
-            # change, said outright, is the new value itself ("now" or "instead" alone are not enough)
+            # change, said outright, is the new value itself ("now" or "instead" alone are not enough;
+            # a move is the slot reader's)
             if (
-                _SWITCHED.search(body)
+                _SWITCHED.match(body)
                 and _may_change(body)
-                and (_SUBJECT_SELF.search(body) or _UNSPOKEN_I.search(body))
-                and not any(material.asks(c) for c in clauses(body))  # "I just moved to Leeds, where can I ..."
+                and not _task_bound(body)
+                and not any(material.asks(c) for c in clauses(body))  # "switched to Linux, which distro ..."
             ):
                 return self._standing(tools, msg, body, kind, last, CHANGED, around)
         text = phrasing.memory_text(body, self._clause_score)
@@ -2178,6 +2184,8 @@ class RulesPolicy:
             return None
         if slot in FACT_SLOTS and not (_speaks_of_self(sentence) or _UNSPOKEN_I.match(sentence)):
             return None  # "The new hospital wing opened last week": not the user's
+        if slot == "home" and _NOT_WHERE_I_LIVE.search(sentence):
+            return None  # "I grew up in Cornwall", "I commute to Manchester": a place, not the home
         if _ANOTHER_SUBJECT.match(sentence):
             return None  # "The conference is on Central European time", "Half my team is in Bangalore"
         if slot in SLOTS_READ_BY_DEFAULT and _NARROWED.search(sentence):
@@ -2768,10 +2776,16 @@ def _ended_memory(tools: MemoryTools, said: list[str]) -> Memory | None:
     return None
 
 
-# a sentence with its "I" left out: "Relocated to Singapore in the spring!", "Started at the lab on Monday."
+# the user's own switch, said outright at the sentence's start: "switched to an iphone 15 last week", "I've
+# just changed over to a standing desk" (not "my wife switched to oat milk", "when I switched to ...", "I
+# switched to the other branch", "I moved to the couch": moves are the slot reader's)
 _SWITCHED = re.compile(
-    r"\b(?:switched|changed|moved|converted)(?: over)?(?: from [^,.;!?]{1,40}?)? to\b|\bno longer\b|\bany ?more\b", re.I
+    r"^\W*(?:(?:so|and|but|ok|okay|well|actually|honestly|also)\W+)*(?:(?:i|we)(?:'ve| have)?\s+)?"
+    r"(?:(?:just|finally|recently|officially|already)\s+)?(?:switched|changed|converted)(?: over)?"
+    r"(?: from [^,.;!?]{1,40}?)? to (?!(?:the|this|that|my|our|another|a different|a new tab)\b)",
+    re.I,
 )
+# a sentence with its "I" left out: "Relocated to Singapore in the spring!", "Started at the lab on Monday."
 _UNSPOKEN_I = re.compile(
     r"^\W*(?:(?:just|finally|recently|officially)\s+)?(?:[a-z]+ed|got|began|left|took|quit)\b", re.I
 )
