@@ -101,6 +101,17 @@ def test_frames_and_requests() -> None:
     assert frame("You are a support agent for a bank. Always answer politely.") == ("you are a support agent", False)
     assert frame("You are a lifesaver! I'm vegan, by the way.") is None
     assert frame("I act as treasurer for my club.") is None
+    # a scene cast in one sentence, the assistant as someone and the user as someone else
+    assert frame("You're a grumpy innkeeper in a fantasy town, I'm Sir Aldric, a knight.") == (
+        "you're a grumpy innkeeper in a fantasy town",
+        True,
+    )
+    assert frame("Let's do a bit: you're a pirate tavern keeper and I'm a customer who hates rum.") == (
+        "you're a pirate tavern keeper",
+        True,
+    )
+    for praise in ("You're a lifesaver, I'm a nurse btw.", "You're the expert, I'm a beginner, go slow."):
+        assert frame(praise) is None, praise
     for ordinary in ("Roleplay is not my thing.", "Let's play it safe today.", "Pretend I didn't ask that."):
         assert frame(ordinary) is None, ordinary
     assert is_request("List five pros and cons of electric cars.")
@@ -142,6 +153,18 @@ async def test_the_users_own_preference_beside_material_is_remembered() -> None:
         ["I never want exclamation marks in anything you write for me. Proofread this: I am thrilled to apply!"]
     )
     assert len(memories) == 1 and "exclamation" in memories[0].text and "thrilled" not in memories[0].text
+
+
+async def test_nothing_of_a_scene_cast_in_one_sentence_is_remembered() -> None:
+    memories, _ = await remember(
+        [
+            "You're a grumpy innkeeper in a fantasy town, I'm Sir Aldric, a knight who's sworn off meat.",
+            "I'll have a room for the night, and I never ride horses.",
+        ]
+    )
+    assert memories == []
+    memories, _ = await remember(["You're a lifesaver, I'm a vegetarian so that recipe is perfect."])
+    assert any("vegetarian" in m.text for m in memories), [m.text for m in memories]
 
 
 async def test_a_role_play_goes_on_in_the_next_window_of_its_conversation() -> None:

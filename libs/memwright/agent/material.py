@@ -6,15 +6,15 @@ its comments, a quoted line, a role-play or a story set up in the first person. 
 words, such text becomes false memories ("User is a motivated engineer"). The default policy reads
 only `own_words(text)` and nothing at all from a message that `frame(text)` names. Both are
 structural (fences, quotes, a colon after a request about a text, a frame at the start): the word
-lists they use are `material_cues`, `roleplay_frames`, `writing_frames`, `assistant_roles` and
-`request_verbs` in data/words.toml.
+lists they use are `material_cues`, `roleplay_frames`, `writing_frames`, `assistant_roles`,
+`praise_nouns` and `request_verbs` in data/words.toml.
 """
 
 from __future__ import annotations
 
 import re
 
-from memwright.agent.lexicon import word_pattern
+from memwright.agent.lexicon import alternatives, word_pattern
 
 _CUE = word_pattern("material_cues")
 _ROLEPLAY = word_pattern("roleplay_frames")
@@ -24,6 +24,14 @@ _SEARCH_OPENER = word_pattern("search_openers", anchored=True)
 _DELIVERABLE = re.compile(word_pattern("deliverables").pattern + r"\W*$", re.I)
 SEARCH_WORDS = 8  # a sentence typed like a search is this short
 _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("assistant_roles").pattern, re.I)
+# a scene cast in one sentence, the assistant as someone and the user as someone else: "You're a grumpy
+# innkeeper in a fantasy town, I'm Sir Aldric, a knight ...", "Let's do a bit: you're a pirate tavern
+# keeper and I'm a customer who hates rum." (not praise: "You're a lifesaver, I'm a nurse btw")
+_CAST = re.compile(
+    r"^(?:[^.!?:\n]{0,40}:\s*)?(?P<role>(?i:you(?:'re| are|'ll be| will be| play)\s+(?:a|an|the)\s+)"
+    rf"(?!(?i:(?:[\w'-]+\s+)?(?:{alternatives('praise_nouns')})\b))"
+    r"[^.!?\n]{1,80}?)(?:,|;|\s(?i:and))\s+(?i:i(?:'m| am|'ll be| will be| play)\s+)(?:(?i:a|an|the)\s|[A-Z])"
+)
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
 _INDENTED = re.compile(r"^(?: {4,}|\t).*$", re.M)
 # paired left to right; not inch marks ('I'm 6'2" and my wife is 5'4"', 'my 15" MacBook and my 24" iMac');
@@ -56,6 +64,9 @@ def frame(text: str) -> tuple[str, bool] | None:
         match = pattern.match(head) or pattern.match(text.strip())
         if match:
             return match.group(0).lower(), roleplay
+    cast = _CAST.match(head)
+    if cast:
+        return cast.group("role").lower(), True
     role = _ROLE.match(head)
     return (role.group(0).lower(), False) if role else None
 
