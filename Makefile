@@ -61,7 +61,7 @@ lint: install ## ruff (lint and format check) and mypy
 	$(VENV)/bin/mypy examples/langgraph  # one run each: both examples are a main.py
 	$(VENV)/bin/mypy examples/openai_agents
 
-eval: install ## memory quality: shipped set (gated), dev, test, the chat-style, update, explicit, repeat, second and third update and the four holdout probes per category (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
+eval: install ## memory quality: shipped set (gated), dev, test, the chat-style, update, explicit, repeat, second and third update and precision probes, the five holdouts and probes 6-13, per category (llm policy when MEMWRIGHT_LLM_BASE_URL is set)
 	@$(STACK) start
 	@set -a; eval "$$($(STACK) env)"; set +a; \
 	  $(VENV)/bin/memwright eval --split shipped --split dev --split test --split chat --split updates --split explicit --split repeats --split updates2 --split updates3 --split precision --split holdout --split holdout2 --split holdout3 --split holdout4 --split holdout5 --split probe6 --split probe7 --split probe8 --split probe9 --split probe10 --split probe11 --split probe12 --split probe13 --check --gate shipped; rc=$$?; \
