@@ -3070,3 +3070,31 @@ async def test_a_change_of_the_users_own_said_outright_is_remembered_though_noth
 async def test_news_without_a_change_of_the_users_own_is_only_held(said: str) -> None:
     memories, _ = await remember([said, "A: Sure."])
     assert memories == []
+
+
+@pytest.mark.parametrize(
+    ("said", "kept", "gone"),
+    [
+        ("now that I've finally moved to Lisbon, where do people here buy good bread?", "Lisbon", "Leeds"),
+        ("Since moving to Lisbon last spring I need a new dentist, any tips?", "Lisbon", "Leeds"),
+    ],
+)
+async def test_a_change_in_a_clause_that_leads_into_a_question_is_the_new_value(
+    said: str, kept: str, gone: str
+) -> None:
+    memories, _ = await remember(["I live in Leeds.", "A: Noted."], [said, "A: Try the market."])
+    texts = " ".join(m.text for m in memories)
+    assert kept in texts and gone not in texts, texts
+
+
+@pytest.mark.parametrize(
+    "said",
+    [
+        "now that my sister moved to Lisbon, what should I send her?",  # someone else's
+        "Now that I've switched to the other branch, how do I rebase?",  # the task at hand
+        "I wonder, now that I switched to Linux, which distro is best?",  # musing
+    ],
+)
+async def test_a_leading_clause_that_is_not_the_users_change_is_no_memory(said: str) -> None:
+    memories, _ = await remember([said, "A: Sure."])
+    assert memories == []

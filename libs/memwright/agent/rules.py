@@ -1301,6 +1301,12 @@ class RulesPolicy:
                 last[conversation] = ("memory", outcome.memory_id)
             return [outcome.result, *_absorbed(tools, msg, pref if outcome.stored else "")], None
 
+        buried = _buried_change(body)
+        if buried is not None and kind is not None and kind.vector is not None:
+            # "now that I've moved to Valencia, where do people here buy ...": the change is the user's,
+            # whatever the rest of the sentence asks
+            said = SentenceType("standing", kind.probs, tuple(float(x) for x in self._vector(buried)))
+            return self._standing(tools, msg, buried, said, last, CHANGED, around), None
         if kind is not None and kind.vector is not None and role == "standing":
             return self._standing(tools, msg, _with_context(body, context), kind, last, changing, around), None
         if kind is not None and kind.vector is not None and role == "change":  # before any weak signal in it
@@ -2785,6 +2791,30 @@ _SWITCHED = re.compile(
     r"(?: from [^,.;!?]{1,40}?)? to (?!(?:the|this|that|my|our|another|a different|a new tab)\b)",
     re.I,
 )
+# the user's own change in a clause that leads into the rest of the sentence: "now that I've finally
+# moved to Valencia, where ...", "since switching to VS Code a couple of months back I mostly ..."
+_NOW_THAT_CHANGED = re.compile(
+    r"\b(?:now that|ever since|since)\s+(?:(?:i|we)(?:'ve| have)?\s+)?(?:(?:finally|just|recently|officially)\s+)?"
+    r"(?P<verb>moved|moving|switched|switching|changed|changing|converted|converting)(?: over)?"
+    r"(?: from [^,.;!?]{1,40}?)? to (?!(?:the|this|that|my|our|another|a different|a new)\b)"
+    r"(?P<what>[^,.;:!?()\n]{2,60}?)"
+    r"(?=\s*(?:[,.;:!?()\n]|$)|\s(?:i|we|it|my|the|everything|where|what|how|which|and|so|but)\b)",
+    re.I,
+)
+_PAST_OF = {"moving": "moved", "switching": "switched", "changing": "changed", "converting": "converted"}
+
+
+def _buried_change(body: str) -> str | None:
+    """The user's change said in a leading clause ("now that I've moved to Lisbon, ..."), as a sentence
+    of its own ("I moved to Lisbon."), or None: not someone else's, a story or the task at hand."""
+    m = _NOW_THAT_CHANGED.search(body)
+    if m is None or not _may_change(m.group(0)) or _someone_elses(body) or UNSURE.search(body[: m.start()]):
+        return None
+    verb = m.group("verb").lower()
+    clause = f"I {_PAST_OF.get(verb, verb)} to {m.group('what').strip()}."
+    return None if _task_bound(clause) else clause
+
+
 # a sentence with its "I" left out: "Relocated to Singapore in the spring!", "Started at the lab on Monday."
 _UNSPOKEN_I = re.compile(
     r"^\W*(?:(?:just|finally|recently|officially)\s+)?(?:[a-z]+ed|got|began|left|took|quit)\b", re.I
