@@ -340,6 +340,11 @@ def test_an_update_drops_each_piece_that_speaks_of_the_old_value_only(said: str,
             "User wants answers as tables.",
             "the grids got tiring, I want plain paragraphs",
         ),
+        (  # "now" with a subject of its own takes none ("I now I cycle")
+            "I sold the Golf and now I cycle everywhere",
+            "User commutes with their old Golf.",
+            "now I cycle everywhere",
+        ),
         (
             "we had to rehome Rex, and we adopted a grey rabbit called Moss",
             "User has a dog called Rex.",

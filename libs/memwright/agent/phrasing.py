@@ -115,7 +115,11 @@ def memory_text(sentence: str, score: Callable[[list[str]], list[float]] | None 
 _UPDATE_CUT = re.compile(r"((?<=[,;:.!?])\s+(?:and\s+)?|\s+[\u2014\u2013-]{1,2}\s+|\s+and\s+)", re.IGNORECASE)
 _SUBJECT = re.compile(r"^(?:(?:i|he|she|we|they)(?:'m|'ve|'re|'s|'d)?|(?:my|our) \w+)(?=\s)", re.IGNORECASE)
 # the second half of "X and Y" goes on with the first half's subject when it opens with a verb
-_GOES_ON = re.compile(r"^(?:\w+ed|\w+ing|bought|got|took|went|began|became|found|made|now)\b", re.IGNORECASE)
+# ... not "now" before a subject of its own ("I sold the Golf and now I cycle": no "I now I cycle")
+_GOES_ON = re.compile(
+    r"^(?:\w+ed|\w+ing|bought|got|took|went|began|became|found|made|now(?!\s+(?:i|we|he|she|they|my|our)\b))\b",
+    re.IGNORECASE,
+)
 
 
 def _roots(text: str) -> set[str]:
