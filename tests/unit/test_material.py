@@ -110,7 +110,17 @@ def test_frames_and_requests() -> None:
         "you're a pirate tavern keeper",
         True,
     )
-    for praise in ("You're a lifesaver, I'm a nurse btw.", "You're the expert, I'm a beginner, go slow."):
+    assert frame("You're a wizard in a crumbling tower, I'm an apprentice.") == (
+        "you're a wizard in a crumbling tower",
+        True,
+    )
+    for praise in (
+        "You're a lifesaver, I'm a nurse btw.",
+        "You're the expert, I'm a beginner, go slow.",
+        "You're an absolute freaking lifesaver, I'm a nurse.",
+        "Quick note: you're a bit too verbose, I'm a busy person.",
+        "You're a great coach, I'm ADHD so keep steps short.",
+    ):
         assert frame(praise) is None, praise
     for ordinary in ("Roleplay is not my thing.", "Let's play it safe today.", "Pretend I didn't ask that."):
         assert frame(ordinary) is None, ordinary
@@ -165,6 +175,11 @@ async def test_nothing_of_a_scene_cast_in_one_sentence_is_remembered() -> None:
     assert memories == []
     memories, _ = await remember(["You're a lifesaver, I'm a vegetarian so that recipe is perfect."])
     assert any("vegetarian" in m.text for m in memories), [m.text for m in memories]
+    # a remark on the assistant silences nothing that follows
+    memories, _ = await remember(
+        ["Quick note: you're a bit too verbose, I'm a busy person.", "I'm allergic to peanuts, never suggest them."]
+    )
+    assert any("peanut" in m.text for m in memories), [m.text for m in memories]
 
 
 async def test_a_role_play_goes_on_in_the_next_window_of_its_conversation() -> None:

@@ -3091,10 +3091,20 @@ async def test_a_change_in_a_clause_that_leads_into_a_question_is_the_new_value(
     "said",
     [
         "now that my sister moved to Lisbon, what should I send her?",  # someone else's
+        "My parents have been so much happier since moving to Spain.",
         "Now that I've switched to the other branch, how do I rebase?",  # the task at hand
+        "now that I switched to branch feature/login, how do I pull main into it?",
+        "Since changing to Python 3.12 the build fails, any idea why?",
+        "Since moving to London is so expensive, what cheap towns are near it?",  # "since" as "because"
         "I wonder, now that I switched to Linux, which distro is best?",  # musing
     ],
 )
 async def test_a_leading_clause_that_is_not_the_users_change_is_no_memory(said: str) -> None:
     memories, _ = await remember([said, "A: Sure."])
     assert memories == []
+
+
+async def test_a_hint_beside_a_change_in_a_leading_clause_is_not_lost_to_it() -> None:
+    memories, working = await remember(["Since moving to Tokyo I've been fully vegan.", "A: Noted."])
+    kept = [m.text for m in memories] + [h.statement for h in working.hypotheses]
+    assert any("vegan" in k for k in kept), kept

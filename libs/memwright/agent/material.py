@@ -7,7 +7,7 @@ words, such text becomes false memories ("User is a motivated engineer"). The de
 only `own_words(text)` and nothing at all from a message that `frame(text)` names. Both are
 structural (fences, quotes, a colon after a request about a text, a frame at the start): the word
 lists they use are `material_cues`, `roleplay_frames`, `writing_frames`, `assistant_roles`,
-`praise_nouns` and `request_verbs` in data/words.toml.
+`praise_nouns`, `praise_openers` and `request_verbs` in data/words.toml.
 """
 
 from __future__ import annotations
@@ -29,7 +29,9 @@ _ROLE = re.compile(r"^you are (?:now )?an? (?:[\w'-]+ ){0,4}?" + word_pattern("a
 # keeper and I'm a customer who hates rum." (not praise: "You're a lifesaver, I'm a nurse btw")
 _CAST = re.compile(
     r"^(?:[^.!?:\n]{0,40}:\s*)?(?P<role>(?i:you(?:'re| are|'ll be| will be| play)\s+(?:a|an|the)\s+)"
-    rf"(?!(?i:(?:[\w'-]+\s+)?(?:{alternatives('praise_nouns')})\b))"
+    # praise ends the role ("a freaking lifesaver,"); a wizard in a tower is a role
+    rf"(?!(?i:(?:[\w'-]+\s+){{0,3}}(?:{alternatives('praise_nouns')})(?:\s+(?:today|honestly|lol))?\s*(?:[,;!]|\sand\b)))"
+    rf"(?!(?i:(?:{alternatives('praise_openers')})\b))"
     r"[^.!?\n]{1,80}?)(?:,|;|\s(?i:and))\s+(?i:i(?:'m| am|'ll be| will be| play)\s+)(?:(?i:a|an|the)\s|[A-Z])"
 )
 _FENCE = re.compile(r"```.*?(?:```|\Z)", re.S)
@@ -66,7 +68,7 @@ def frame(text: str) -> tuple[str, bool] | None:
             return match.group(0).lower(), roleplay
     cast = _CAST.match(head)
     if cast:
-        return cast.group("role").lower(), True
+        return cast.group("role").lower().rstrip(",; "), True
     role = _ROLE.match(head)
     return (role.group(0).lower(), False) if role else None
 

@@ -1301,13 +1301,17 @@ class RulesPolicy:
                 last[conversation] = ("memory", outcome.memory_id)
             return [outcome.result, *_absorbed(tools, msg, pref if outcome.stored else "")], None
 
-        buried = _buried_change(body)
-        if buried is not None and kind is not None and kind.vector is not None:
+        buried = _buried_change(body) if kind is not None and kind.vector is not None else None
+        if buried is not None and (role is None or (role == "weak" and _asks_at_the_end(body))):
             # "now that I've moved to Valencia, where do people here buy ...": the change is the user's,
-            # whatever the rest of the sentence asks
-            said = SentenceType("standing", kind.probs, tuple(float(x) for x in self._vector(buried)))
+            # whatever the rest of the sentence asks (a standing sentence goes on as one, below, and so
+            # does a weak one that asks nothing: "Since moving to Tokyo I've been fully vegan." is held whole)
+            said = SentenceType("standing", kind.probs, tuple(float(x) for x in self._vector(buried)))  # type: ignore[union-attr]
             return self._standing(tools, msg, buried, said, last, CHANGED, around), None
         if kind is not None and kind.vector is not None and role == "standing":
+            # the whole sentence, as a change when a leading clause says one ("ever since I switched to
+            # nights I never eat breakfast, so no breakfast recipes")
+            changing = changing or (CHANGED if buried is not None else 0)
             return self._standing(tools, msg, _with_context(body, context), kind, last, changing, around), None
         if kind is not None and kind.vector is not None and role == "change":  # before any weak signal in it
             return self._standing(tools, msg, body, kind, last, CHANGED, around), None
@@ -2794,24 +2798,50 @@ _SWITCHED = re.compile(
 # the user's own change in a clause that leads into the rest of the sentence: "now that I've finally
 # moved to Valencia, where ...", "since switching to VS Code a couple of months back I mostly ..."
 _NOW_THAT_CHANGED = re.compile(
-    r"\b(?:now that|ever since|since)\s+(?:(?:i|we)(?:'ve| have)?\s+)?(?:(?:finally|just|recently|officially)\s+)?"
+    r"\b(?:now that|ever since|since)\s+(?P<subject>(?:i|we)(?:'ve| have)?\s+)?"
+    r"(?:(?:finally|just|recently|officially)\s+)?"
     r"(?P<verb>moved|moving|switched|switching|changed|changing|converted|converting)(?: over)?"
     r"(?: from [^,.;!?]{1,40}?)? to (?!(?:the|this|that|my|our|another|a different|a new)\b)"
-    r"(?P<what>[^,.;:!?()\n]{2,60}?)"
-    r"(?=\s*(?:[,.;:!?()\n]|$)|\s(?:i|we|it|my|the|everything|where|what|how|which|and|so|but)\b)",
+    r"(?P<what>(?:[^,.;:!?()\n]|\.(?=\d)){2,60}?)"
+    r"(?=\s*(?:[,.;:!?()\n]|$)|\s(?:i|we|it|my|the|everything|where|what|how|which|and|so|but|lol)\b)",
     re.I,
 )
 _PAST_OF = {"moving": "moved", "switching": "switched", "changing": "changed", "converting": "converted"}
+_USER_AS_SUBJECT = re.compile(r"\b(?:i|we)\b", re.I)
+# "since moving to London is so expensive": "since" as "because", the move only talked about
+_A_VERB_AFTER = re.compile(r"^\s*(?:is|are|was|were|would|will|means|costs|could|can|isn't|wasn't|might|may)\b", re.I)
+# what the task at hand moves to: "branch feature/login", "cell B2", "Python 3.12", "metric in the app"
+_TASK_THING = re.compile(
+    r"\b(?:branch|cell|tab|file|folder|version|mode|settings?|page|line|screen|channel)\b|\d|\b(?:in|on|at|of|for|with)$",
+    re.I,
+)
 
 
 def _buried_change(body: str) -> str | None:
-    """The user's change said in a leading clause ("now that I've moved to Lisbon, ..."), as a sentence
-    of its own ("I moved to Lisbon."), or None: not someone else's, a story or the task at hand."""
+    """The user's change said in a leading clause ("now that I've moved to Lisbon, ...", "since switching
+    to VS Code I ..."), as a sentence of its own ("I moved to Lisbon."), or None: not someone else's
+    ("my parents are happier since moving to Spain"), not "since" as "because", not the task at hand
+    ("now that I switched to branch dev"), not beside musing."""
     m = _NOW_THAT_CHANGED.search(body)
-    if m is None or not _may_change(m.group(0)) or _someone_elses(body) or UNSURE.search(body[: m.start()]):
+    if m is None:
+        return None
+    what = m.group("what").strip()
+    mine = (
+        m.group("subject")
+        or _USER_AS_SUBJECT.search(body[: m.start()])
+        or _USER_AS_SUBJECT.match(body[m.end() :].lstrip(" ,"))
+    )
+    if (
+        not mine
+        or _about_someone_else(body)
+        or _A_VERB_AFTER.match(body[m.end() :])
+        or _TASK_THING.search(what)
+        or not _may_change(body[: m.end()])
+        or UNSURE.search(body[: m.start()])
+    ):
         return None
     verb = m.group("verb").lower()
-    clause = f"I {_PAST_OF.get(verb, verb)} to {m.group('what').strip()}."
+    clause = f"I {_PAST_OF.get(verb, verb)} to {what}."
     return None if _task_bound(clause) else clause
 
 
