@@ -2827,7 +2827,17 @@ async def test_what_comes_before_a_rule_is_not_its_memory_text(said: str, kept: 
     assert [m.text for m in memories] == [kept]
 
 
-@pytest.mark.parametrize("thanks", ["Muchas gracias, muy amable.", "muito bem, obrigado", "ya quedó gracias"])
+@pytest.mark.parametrize(
+    "thanks",
+    [
+        "Muchas gracias, muy amable.",
+        "muito bem, obrigado",
+        "ya quedó gracias",
+        "Funziona, grazie mille!",  # "it works"
+        "Klappt, danke!",
+        "Valeu.",
+    ],
+)
 async def test_thanks_in_another_language_is_no_hint_to_repeat(thanks: str) -> None:
     memories, working = await remember(
         ["I am a retired teacher from Valparaíso, I taught history for 38 years."], [thanks]
