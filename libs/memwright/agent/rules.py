@@ -1302,11 +1302,11 @@ class RulesPolicy:
             return [outcome.result, *_absorbed(tools, msg, pref if outcome.stored else "")], None
 
         buried = _buried_change(body) if kind is not None and kind.vector is not None else None
-        if buried is not None and (role is None or (role == "weak" and _asks_at_the_end(body))):
+        if buried is not None and kind is not None and (role is None or (role == "weak" and _asks_at_the_end(body))):
             # "now that I've moved to Valencia, where do people here buy ...": the change is the user's,
             # whatever the rest of the sentence asks (a standing sentence goes on as one, below, and so
             # does a weak one that asks nothing: "Since moving to Tokyo I've been fully vegan." is held whole)
-            said = SentenceType("standing", kind.probs, tuple(float(x) for x in self._vector(buried)))  # type: ignore[union-attr]
+            said = SentenceType("standing", kind.probs, tuple(float(x) for x in self._vector(buried)))
             return self._standing(tools, msg, buried, said, last, CHANGED, around), None
         if kind is not None and kind.vector is not None and role == "standing":
             # the whole sentence, as a change when a leading clause says one ("ever since I switched to
